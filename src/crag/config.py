@@ -1,0 +1,159 @@
+"""Settings: defaults < crag.toml < environment (CRAG_SECTION__KEY) < arguments.
+
+    [grader]
+    kind = "lexical"     # or "llm", "auto"
+    upper = 0.62
+
+becomes `Settings().grader.upper`; `CRAG_GRADER__UPPER=0.7` overrides the file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from crag.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIG_FILE = "crag.toml"
+ENV_PREFIX = "CRAG_"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class IndexSettings(_Section):
+    path: Path = Path(".crag/index")
+    chunk_size: int = Field(256, gt=16, description="Tokens per chunk.")
+    chunk_overlap: int = Field(32, ge=0)
+
+
+class RetrieverSettings(_Section):
+    kind: Literal["hybrid", "vector", "bm25"] = "hybrid"
+    top_k: int = Field(5, gt=0)
+    candidates: int = Field(50, gt=0, description="Per-ranker depth before fusion.")
+
+
+class GraderSettings(_Section):
+    kind: Literal["auto", "lexical", "llm"] = "auto"
+    upper: float = Field(0.6, ge=0.0, le=1.0, description="Some chunk >= upper: Correct.")
+    lower: float = Field(0.35, ge=0.0, le=1.0, description="All chunks < lower: Incorrect.")
+    concurrency: int = Field(8, gt=0, description="LLM grading calls in flight at once.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GraderSettings:
+        if self.lower > self.upper:
+            raise ValueError(f"grader.lower ({self.lower}) must not exceed grader.upper ({self.upper})")
+        return self
+
+
+class RefinerSettings(_Section):
+    kind: Literal["strips"] = "strips"
+    max_strips: int = Field(6, gt=0)
+    min_score: float = Field(0.2, ge=0.0, le=1.0)
+
+
+class RewriterSettings(_Section):
+    kind: Literal["auto", "keywords", "llm"] = "auto"
+
+
+class WebSearchSettings(_Section):
+    kind: Literal["auto", "local", "tavily", "none"] = "auto"
+    corpus: Path | None = Field(None, description="Directory or .jsonl searched by kind 'local'.")
+    top_k: int = Field(3, gt=0)
+    api_key: SecretStr | None = None
+    base_url: str | None = None
+
+
+class SynthesizerSettings(_Section):
+    kind: Literal["auto", "extractive", "llm"] = "auto"
+    max_sentences: int = Field(3, gt=0)
+
+
+class LLMSettings(_Section):
+    model: str = "gpt-4o-mini"
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    timeout: float = Field(60.0, gt=0)
+    max_retries: int = Field(2, ge=0)
+    context_window: int = 8192
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.api_key or self.base_url)
+
+
+class Settings(_Section):
+    """Every setting crag reads, grouped by the component it configures."""
+
+    index: IndexSettings = IndexSettings()
+    retriever: RetrieverSettings = RetrieverSettings()
+    grader: GraderSettings = GraderSettings()
+    refiner: RefinerSettings = RefinerSettings()
+    rewriter: RewriterSettings = RewriterSettings()
+    web_search: WebSearchSettings = WebSearchSettings()
+    synthesizer: SynthesizerSettings = SynthesizerSettings()
+    llm: LLMSettings = LLMSettings()
+
+    @classmethod
+    def load(
+        cls,
+        config_file: str | Path | None = None,
+        env: dict[str, str] | None = None,
+        **overrides: dict[str, Any],
+    ) -> Settings:
+        """Merge defaults, the TOML file, the environment and `overrides` (section -> values)."""
+        env = dict(os.environ) if env is None else env
+        merged: dict[str, dict[str, Any]] = {}
+        for layer in (_read_toml(config_file), _from_env(env), overrides):
+            for section, values in layer.items():
+                if not isinstance(values, dict):
+                    raise ConfigError(f"Config section [{section}] must be a table of settings.")
+                merged.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+        try:
+            return cls.model_validate(merged)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise ConfigError(f"Invalid crag settings: {problems}") from None
+
+
+def _read_toml(config_file: str | Path | None) -> dict[str, Any]:
+    path = Path(config_file) if config_file else Path(CONFIG_FILE)
+    if not path.exists():
+        if config_file:
+            raise ConfigError(f"Config file {path} does not exist.")
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"Config file {path} is not valid TOML: {exc}") from None
+
+
+def _from_env(env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in env.items():
+        if name.startswith(ENV_PREFIX) and "__" in name:
+            section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
+            out.setdefault(section, {})[key] = value
+    # The ecosystem's own variable names, so existing set-ups work unchanged.
+    aliases = {
+        "OPENAI_API_KEY": ("llm", "api_key"),
+        "OPENAI_BASE_URL": ("llm", "base_url"),
+        "OPENAI_MODEL": ("llm", "model"),
+        "TAVILY_API_KEY": ("web_search", "api_key"),
+    }
+    for name, (section, key) in aliases.items():
+        if env.get(name):
+            out.setdefault(section, {}).setdefault(key, env[name])
+    return out

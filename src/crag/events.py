@@ -1,0 +1,113 @@
+"""Typed events that flow between the workflow's steps, and the result a run returns."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from llama_index.core.schema import NodeWithScore
+from pydantic import BaseModel, Field
+from workflows.events import Event, StartEvent
+
+
+class Verdict(str, Enum):
+    """The CRAG paper's three retrieval verdicts."""
+
+    CORRECT = "correct"
+    INCORRECT = "incorrect"
+    AMBIGUOUS = "ambiguous"
+
+
+class Grade(BaseModel):
+    """Relevance of one retrieved chunk to the query."""
+
+    chunk_id: str
+    score: float = Field(ge=0.0, le=1.0, description="Relevance in [0, 1]; higher is more relevant.")
+    grader: str = Field(description="Which component produced the score.")
+    note: str | None = Field(default=None, description="Why a fallback was used, if one was.")
+
+
+class Strip(BaseModel):
+    """A small piece of knowledge (one to a few sentences) that keeps its source."""
+
+    text: str
+    source_id: str
+    kind: Literal["internal", "web"]
+    score: float = 0.0
+    title: str | None = None
+    url: str | None = None
+
+
+class Source(BaseModel):
+    """A document that contributed to the answer, numbered as cited."""
+
+    number: int
+    kind: Literal["internal", "web"]
+    id: str
+    text: str
+    title: str | None = None
+    url: str | None = None
+
+
+class CragResult(BaseModel):
+    """What one run of the corrective workflow returns."""
+
+    query: str
+    answer: str
+    verdict: Verdict
+    grades: list[Grade]
+    sources: list[Source]
+    rewritten_query: str | None = None
+    timings: dict[str, float] = Field(default_factory=dict, description="Seconds per step.")
+    steps: list[str] = Field(default_factory=list, description="Steps that ran, in finishing order.")
+
+
+class QueryStartEvent(StartEvent):
+    """Starts a run: `await workflow.run(query=...)`."""
+
+    query: str
+
+
+class RetrievedEvent(Event):
+    query: str
+    chunks: list[NodeWithScore]
+
+
+class RefineInternalEvent(Event):
+    """Kept internal chunks, to be refined into strips (Correct and Ambiguous)."""
+
+    query: str
+    chunks: list[NodeWithScore]
+
+
+class RewriteQueryEvent(Event):
+    """Internal knowledge is insufficient: rewrite the query for the web (Incorrect and Ambiguous)."""
+
+    query: str
+
+
+class WebSearchEvent(Event):
+    query: str
+    search_query: str
+
+
+class WebResultsEvent(Event):
+    query: str
+    results: list[NodeWithScore]
+
+
+class InternalKnowledgeEvent(Event):
+    strips: list[Strip]
+
+
+class WebKnowledgeEvent(Event):
+    strips: list[Strip]
+
+
+class StepProgressEvent(Event):
+    """Written to the event stream when a step starts or finishes."""
+
+    step: str
+    status: Literal["started", "finished"]
+    seconds: float | None = None
+    detail: str | None = None

@@ -1,0 +1,99 @@
+"""Builds a workflow from settings: component kinds are picked by name in `crag.toml`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crag.config import Settings
+from crag.errors import ConfigError
+from crag.index import ChunkIndex
+from crag.interfaces import Grader, QueryRewriter, Synthesizer, WebSearch
+from crag.models import LLMFactory, WordLlamaEmbedding
+from crag.steps.grading import LexicalEvaluator, LLMGrader
+from crag.steps.refining import StripRefiner
+from crag.steps.retrieval import HybridRetriever
+from crag.steps.rewriting import KeywordRewriter, LLMRewriter
+from crag.steps.synthesis import ExtractiveSynthesizer, LLMSynthesizer
+from crag.steps.web_search import LocalCorpusSearch, TavilySearch
+from crag.workflows import CorrectiveRAGWorkflow
+
+
+class NoWebSearch:
+    """Used when no web search is configured: finds nothing, so Incorrect answers say so."""
+
+    async def search(self, query: str) -> list:
+        return []
+
+
+def build_workflow(
+    settings: Settings | None = None,
+    *,
+    index: ChunkIndex | None = None,
+    **components: object,
+) -> CorrectiveRAGWorkflow:
+    """A workflow with components chosen by `settings`; `components` replace any by name.
+
+    Example:
+        wf = build_workflow(Settings.load(), grader=MyGrader())
+    """
+    settings = settings or Settings.load()
+    index = index if index is not None else ChunkIndex.load(settings.index.path)
+    embed_model = WordLlamaEmbedding()
+    llms = LLMFactory(settings.llm)
+    use_llm = settings.llm.configured
+    evaluator = LexicalEvaluator(index.term_stats)
+
+    def pick(kind: str) -> bool:
+        """True when an LLM component is wanted: asked for by name, or 'auto' with a model."""
+        return kind == "llm" or (kind == "auto" and use_llm)
+
+    grader: Grader = (
+        LLMGrader(llms.llm, fallback=evaluator, concurrency=settings.grader.concurrency)
+        if pick(settings.grader.kind)
+        else evaluator
+    )
+    rewriter: QueryRewriter = LLMRewriter(llms.llm) if pick(settings.rewriter.kind) else KeywordRewriter()
+    synthesizer: Synthesizer = (
+        LLMSynthesizer(llms.llm)
+        if pick(settings.synthesizer.kind)
+        else ExtractiveSynthesizer(max_sentences=settings.synthesizer.max_sentences)
+    )
+    defaults = dict(
+        retriever=HybridRetriever(
+            index,
+            embed_model,
+            top_k=settings.retriever.top_k,
+            mode=settings.retriever.kind,
+            candidates=settings.retriever.candidates,
+        ),
+        grader=grader,
+        refiner=StripRefiner(
+            evaluator, max_strips=settings.refiner.max_strips, min_score=settings.refiner.min_score
+        ),
+        rewriter=rewriter,
+        web_search=_web_search(settings),
+        synthesizer=synthesizer,
+    )
+    unknown = set(components) - set(defaults)
+    if unknown:
+        raise ConfigError(f"Unknown component(s) {sorted(unknown)}; expected one of {sorted(defaults)}.")
+    defaults.update({k: v for k, v in components.items() if v is not None})
+    return CorrectiveRAGWorkflow(**defaults, upper=settings.grader.upper, lower=settings.grader.lower)
+
+
+def _web_search(settings: Settings) -> WebSearch:
+    web = settings.web_search
+    kind = web.kind
+    if kind == "auto":
+        kind = "tavily" if web.api_key else "local" if web.corpus else "none"
+    if kind == "tavily":
+        if not web.api_key:
+            raise ConfigError("web_search.kind is 'tavily' but TAVILY_API_KEY is not set.")
+        return TavilySearch(web.api_key.get_secret_value(), base_url=web.base_url, top_k=web.top_k)
+    if kind == "local":
+        if not web.corpus:
+            raise ConfigError("web_search.kind is 'local' but no corpus is set (--web-corpus PATH).")
+        if not Path(web.corpus).exists():
+            raise ConfigError(f"Web corpus {web.corpus} does not exist.")
+        return LocalCorpusSearch(web.corpus, top_k=web.top_k)
+    return NoWebSearch()

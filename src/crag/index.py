@@ -1,0 +1,220 @@
+"""The on-disk index: chunks, their embeddings and lexical statistics, and incremental ingest.
+
+Layout of an index folder:
+    nodes.jsonl       one llama-index TextNode per line
+    embeddings.npy    float32, one unit-length row per node, same order
+    manifest.json     per source file: size, mtime, hash and the documents it held
+
+Writes are atomic: a new version is written beside the old one and swapped in by
+rename, so a failed or interrupted ingest leaves the previous index usable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.schema import Document, TextNode
+
+from crag.errors import IndexNotFoundError, IngestError
+from crag.models import WordLlamaEmbedding
+from crag.readers import find_files, read_documents
+from crag.text import TermStats
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class ChunkIndex:
+    """Chunks with their embeddings; BM25 and IDF statistics are derived on load."""
+
+    nodes: list[TextNode]
+    embeddings: np.ndarray
+    manifest: dict[str, dict] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._stats: TermStats | None = None
+        self._bm25 = None
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def term_stats(self) -> TermStats:
+        """IDF statistics of the chunks, shared by the grader, refiner and rewriter."""
+        if self._stats is None:
+            self._stats = TermStats.from_texts(n.get_content() for n in self.nodes)
+        return self._stats
+
+    @property
+    def bm25(self):  # noqa: ANN201 - bm25s has no stubs
+        if self._bm25 is None:
+            from crag.steps.bm25 import BM25
+
+            self._bm25 = BM25([n.get_content() for n in self.nodes])
+        return self._bm25
+
+    @classmethod
+    def empty(cls) -> ChunkIndex:
+        return cls(nodes=[], embeddings=np.zeros((0, 256), dtype=np.float32))
+
+    @classmethod
+    def load(cls, path: str | Path) -> ChunkIndex:
+        path = Path(path)
+        _recover(path)
+        if not (path / "nodes.jsonl").exists():
+            raise IndexNotFoundError(
+                f"No crag index at {path}. Build one first: crag ingest YOUR_DOCS --index {path}"
+            )
+        try:
+            with open(path / "nodes.jsonl", encoding="utf-8") as f:
+                nodes = [TextNode.from_dict(json.loads(line)) for line in f if line.strip()]
+            embeddings = np.load(path / "embeddings.npy")
+            manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError, KeyError) as exc:
+            raise IndexNotFoundError(
+                f"The index at {path} is unreadable ({exc}); rebuild it with crag ingest."
+            ) from None
+        if embeddings.shape[0] != len(nodes):
+            raise IndexNotFoundError(f"The index at {path} is inconsistent; rebuild it with crag ingest.")
+        return cls(nodes=nodes, embeddings=embeddings, manifest=manifest.get("files", {}))
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically: into a sibling folder, then swap it in by rename."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp, old = _sibling(path, "tmp"), _sibling(path, "old")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        with open(tmp / "nodes.jsonl", "w", encoding="utf-8") as f:
+            for node in self.nodes:
+                f.write(json.dumps(node.to_dict(), ensure_ascii=False) + "\n")
+        with open(tmp / "embeddings.npy", "wb") as f:
+            np.save(f, self.embeddings)
+        manifest = {"format": FORMAT_VERSION, "files": self.manifest}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        for name in ("nodes.jsonl", "embeddings.npy", "manifest.json"):
+            with open(tmp / name, "rb") as f:
+                os.fsync(f.fileno())
+        shutil.rmtree(old, ignore_errors=True)
+        if path.exists():
+            path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _sibling(path: Path, tag: str) -> Path:
+    return path.with_name(f".{path.name}.{tag}")
+
+
+def _recover(path: Path) -> None:
+    """Finish a swap that was interrupted between its two renames."""
+    old = _sibling(path, "old")
+    if not path.exists() and old.exists():
+        old.rename(path)
+
+
+@dataclass
+class IngestReport:
+    files_read: int = 0
+    files_unchanged: int = 0
+    documents: int = 0
+    chunks_added: int = 0
+    chunks_total: int = 0
+
+
+ProgressCallback = Callable[[str, int, int], None]
+
+
+def ingest(
+    paths: list[str | Path],
+    index_dir: str | Path,
+    *,
+    embed_model: WordLlamaEmbedding | None = None,
+    chunk_size: int = 256,
+    chunk_overlap: int = 32,
+    progress: ProgressCallback | None = None,
+) -> IngestReport:
+    """Add files to the index at `index_dir`, re-reading only files that changed.
+
+    A file whose size, modification time and content hash match the manifest is
+    skipped entirely; a changed file replaces every chunk it produced before.
+    """
+    index_dir = Path(index_dir)
+    try:
+        index = ChunkIndex.load(index_dir)
+    except IndexNotFoundError:
+        if (index_dir / "nodes.jsonl").exists():
+            raise
+        index = ChunkIndex.empty()
+    files = find_files([Path(p) for p in paths])
+    if not files:
+        raise IngestError(f"No .txt, .md, .html or .jsonl files found in {', '.join(map(str, paths))}.")
+
+    report = IngestReport()
+    changed: dict[str, dict] = {}
+    documents: list[Document] = []
+    for number, file in enumerate(files, start=1):
+        key = str(file.resolve())
+        stat = file.stat()
+        entry = index.manifest.get(key)
+        if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
+            report.files_unchanged += 1
+            continue
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        if entry and entry["sha256"] == digest:  # touched, not changed
+            report.files_unchanged += 1
+            continue
+        docs = list(read_documents(file))
+        for doc in docs:
+            doc.metadata["file"] = key
+        documents.extend(docs)
+        changed[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
+        report.files_read += 1
+        if progress:
+            progress("read", number, len(files))
+
+    report.documents = len(documents)
+    if not changed:
+        report.chunks_total = len(index)
+        return report
+
+    splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    new_nodes = splitter.get_nodes_from_documents(documents)
+    for node in new_nodes:
+        node.metadata["doc_id"] = node.ref_doc_id
+        node.excluded_embed_metadata_keys = ["file", "doc_id"]
+        node.excluded_llm_metadata_keys = ["file", "doc_id"]
+    embed_model = embed_model or WordLlamaEmbedding()
+    vectors = _embed(embed_model, [n.get_content() for n in new_nodes], progress)
+
+    keep = [i for i, n in enumerate(index.nodes) if n.metadata.get("file") not in changed]
+    # A document id seen again in a changed file replaces its old chunks, wherever they came from.
+    new_doc_ids = {d.doc_id for d in documents}
+    keep = [i for i in keep if index.nodes[i].ref_doc_id not in new_doc_ids]
+    merged = ChunkIndex(
+        nodes=[index.nodes[i] for i in keep] + new_nodes,
+        embeddings=np.vstack([index.embeddings[keep], vectors]).astype(np.float32),
+        manifest={**index.manifest, **changed},
+    )
+    merged.save(index_dir)
+    report.chunks_added = len(new_nodes)
+    report.chunks_total = len(merged)
+    return report
+
+
+def _embed(model: WordLlamaEmbedding, texts: list[str], progress: ProgressCallback | None) -> np.ndarray:
+    batch = 256
+    parts = []
+    for start in range(0, len(texts), batch):
+        parts.append(model.embed_many(texts[start : start + batch]))
+        if progress:
+            progress("embed", min(start + batch, len(texts)), len(texts))
+    return np.vstack(parts) if parts else np.zeros((0, 256), dtype=np.float32)

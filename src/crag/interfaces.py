@@ -1,0 +1,56 @@
+"""One Protocol per swappable step of the corrective workflow.
+
+Any object with the right async method plugs in; nothing needs to inherit from crag.
+LlamaIndex's own types (`NodeWithScore`) are used at the seams so its ecosystem fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from llama_index.core.schema import NodeWithScore
+
+from crag.events import Grade, Source, Strip
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Finds candidate chunks in the user's own documents."""
+
+    async def retrieve(self, query: str) -> list[NodeWithScore]: ...
+
+
+@runtime_checkable
+class Grader(Protocol):
+    """Scores every chunk's relevance to the query in [0, 1] (absolute, not relative)."""
+
+    async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]: ...
+
+
+@runtime_checkable
+class Refiner(Protocol):
+    """Decomposes documents into strips, keeps the relevant ones, recomposes them in order."""
+
+    async def refine(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Strip]: ...
+
+
+@runtime_checkable
+class QueryRewriter(Protocol):
+    """Turns a question into a query for web search."""
+
+    async def rewrite(self, query: str) -> str: ...
+
+
+@runtime_checkable
+class WebSearch(Protocol):
+    """Searches outside the user's documents; each result's metadata carries its `url`."""
+
+    async def search(self, query: str) -> list[NodeWithScore]: ...
+
+
+@runtime_checkable
+class Synthesizer(Protocol):
+    """Writes the answer from refined strips; returns the answer and the sources it cites."""
+
+    async def synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]: ...

@@ -1,0 +1,108 @@
+"""Readers for the file types `crag ingest` accepts: .txt, .md, .html and .jsonl."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+from llama_index.core.schema import Document
+
+from crag.errors import IngestError
+
+SUPPORTED = (".txt", ".md", ".markdown", ".html", ".htm", ".jsonl")
+
+
+def find_files(paths: list[Path]) -> list[Path]:
+    """Every supported file under `paths`, sorted; a missing path is an error."""
+    found: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise IngestError(f"{path} does not exist.")
+        if path.is_dir():
+            found.extend(p for p in sorted(path.rglob("*")) if p.suffix.lower() in SUPPORTED and p.is_file())
+        elif path.suffix.lower() in SUPPORTED:
+            found.append(path)
+        else:
+            raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(SUPPORTED)}.")
+    return found
+
+
+def read_documents(path: Path) -> Iterator[Document]:
+    """Documents in one file: one per file, or one per line of a .jsonl corpus."""
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except OSError as exc:
+        raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    except UnicodeDecodeError:
+        raise IngestError(f"{path} is not UTF-8 text; convert it or leave it out.") from None
+    if "\x00" in text:
+        raise IngestError(f"{path} looks binary (it contains NUL bytes); leave it out.")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        yield from _jsonl_documents(path, text)
+        return
+    if suffix in (".html", ".htm"):
+        title, text = _html_text(text)
+    else:
+        title = path.stem
+    if text.strip():
+        yield Document(text=text, id_=str(path), metadata={"title": title, "file": str(path)})
+
+
+def _jsonl_documents(path: Path, text: str) -> Iterator[Document]:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            doc_id, body = str(record["doc_id"]), str(record["text"])
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise IngestError(
+                f"{path}:{number}: expected a JSON object with 'doc_id' and 'text' ({exc})."
+            ) from None
+        title = str(record.get("title") or doc_id)
+        yield Document(text=body, id_=doc_id, metadata={"title": title, "file": str(path)})
+
+
+class _TextExtractor(HTMLParser):
+    _SKIP = {"script", "style", "noscript", "template"}
+    _BLOCK = {"p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "section", "article"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self.title = ""
+        self._skipping = 0
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag in self._SKIP:
+            self._skipping += 1
+        elif tag == "title":
+            self._in_title = True
+        elif tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._SKIP:
+            self._skipping = max(0, self._skipping - 1)
+        elif tag == "title":
+            self._in_title = False
+        elif tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title += data
+        elif not self._skipping:
+            self.parts.append(data)
+
+
+def _html_text(html: str) -> tuple[str, str]:
+    parser = _TextExtractor()
+    parser.feed(html)
+    parser.close()
+    return parser.title.strip(), "".join(parser.parts)

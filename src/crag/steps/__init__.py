@@ -1,0 +1,1 @@
+"""Implementations of the workflow's steps, one module per step kind."""

@@ -1,0 +1,118 @@
+"""Relevance graders and the verdict policy of the CRAG paper."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+
+from llama_index.core.llms import LLM, ChatMessage
+from llama_index.core.schema import NodeWithScore
+
+from crag.errors import GradeParseError
+from crag.events import Grade, Verdict
+from crag.interfaces import Grader
+from crag.prompts import GRADE_PROMPT
+from crag.text import TermStats, sentences, terms, weighted_coverage
+
+
+def decide_verdict(grades: Sequence[Grade], upper: float, lower: float) -> Verdict:
+    """Correct if some chunk scores >= upper; Incorrect if all score < lower; else Ambiguous.
+
+    A binary yes/no grader is the case `upper == lower`: any "yes" is Correct, else Incorrect.
+    """
+    best = max((g.score for g in grades), default=0.0)
+    if best >= upper:
+        return Verdict.CORRECT
+    if best < lower:
+        return Verdict.INCORRECT
+    return Verdict.AMBIGUOUS
+
+
+class LexicalEvaluator:
+    """Offline relevance evaluator: no LLM, an absolute score in [0, 1] per chunk.
+
+    The score is how much of the query's IDF-weighted content the chunk covers, averaged
+    with the coverage of its best two-sentence window, since an answer usually sits in one
+    place that repeats most of the question's rare terms. It does not compare chunks with
+    each other, so when no retrieved chunk is about the question every score stays low.
+
+    Args:
+        stats: document frequencies of the corpus, for IDF weights.
+        window: sentences per window.
+    """
+
+    name = "lexical"
+
+    def __init__(self, stats: TermStats, window: int = 2) -> None:
+        self.stats = stats
+        self.window = window
+
+    def score(self, query: str, text: str) -> float:
+        query_terms = terms(query)
+        if not query_terms:
+            return 0.0
+        whole = weighted_coverage(query_terms, set(terms(text)), self.stats)
+        sents = [set(terms(s)) for s in sentences(text)] or [set()]
+        windows = [set().union(*sents[i : i + self.window]) for i in range(len(sents))]
+        best = max(weighted_coverage(query_terms, w, self.stats) for w in windows)
+        return round(0.5 * whole + 0.5 * best, 4)
+
+    async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
+        return [
+            Grade(chunk_id=c.node.node_id, score=self.score(query, c.node.get_content()), grader=self.name)
+            for c in chunks
+        ]
+
+
+_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:\s*/\s*10)?(?![\w.])")
+
+
+def parse_grade(reply: str) -> float:
+    """Read a 0-10 rating (or yes/no) from a model's reply; raise GradeParseError otherwise."""
+    text = reply.strip().lower()
+    match = _NUMBER.search(text)
+    if match:
+        value = float(match.group(1))
+        if 0.0 <= value <= 10.0:
+            return value / 10.0
+        raise GradeParseError(f"grade {value} is outside 0-10 in reply {reply[:80]!r}")
+    first = re.findall(r"[a-z]+", text)[:3]
+    if "yes" in first or "relevant" in first[:1]:
+        return 1.0
+    if "no" in first or "irrelevant" in first[:1]:
+        return 0.0
+    raise GradeParseError(f"no 0-10 rating or yes/no in reply {reply[:80]!r}")
+
+
+class LLMGrader:
+    """Grades every chunk with a chat model, all chunks concurrently (bounded).
+
+    An unparseable reply or a failed call falls back to `fallback` for that chunk,
+    and the grade's `note` says so.
+    """
+
+    name = "llm"
+
+    def __init__(self, llm: LLM, fallback: Grader, *, concurrency: int = 8, max_chars: int = 4000) -> None:
+        self.llm = llm
+        self.fallback = fallback
+        self.concurrency = concurrency
+        self.max_chars = max_chars
+
+    async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
+        limit = asyncio.Semaphore(self.concurrency)
+
+        async def one(chunk: NodeWithScore) -> Grade:
+            prompt = GRADE_PROMPT.format(query=query, document=chunk.node.get_content()[: self.max_chars])
+            try:
+                async with limit:
+                    reply = await self.llm.achat([ChatMessage(role="user", content=prompt)])
+                score = parse_grade(reply.message.content or "")
+                return Grade(chunk_id=chunk.node.node_id, score=score, grader=self.name)
+            except Exception as exc:  # noqa: BLE001 - any model failure degrades to the fallback
+                (fallback,) = await self.fallback.grade(query, [chunk])
+                reason = str(exc) if isinstance(exc, GradeParseError) else type(exc).__name__
+                return fallback.model_copy(update={"note": f"LLM grade unusable ({reason}); used {fallback.grader}"})
+
+        return list(await asyncio.gather(*(one(c) for c in chunks)))

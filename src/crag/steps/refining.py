@@ -1,0 +1,46 @@
+"""Knowledge refinement (CRAG's decompose-then-recompose): keep the strips that matter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llama_index.core.schema import NodeWithScore
+
+from crag.events import Strip
+from crag.steps.grading import LexicalEvaluator
+from crag.text import sentences
+
+
+class StripRefiner:
+    """Splits each chunk into sentence strips, scores them, keeps the best in source order.
+
+    Args:
+        evaluator: scores a strip against the query.
+        max_strips: strips kept in all.
+        min_score: strips scoring below this are dropped.
+    """
+
+    def __init__(self, evaluator: LexicalEvaluator, *, max_strips: int = 6, min_score: float = 0.2) -> None:
+        self.evaluator = evaluator
+        self.max_strips = max_strips
+        self.min_score = min_score
+
+    async def refine(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Strip]:
+        strips: list[Strip] = []
+        for chunk in chunks:
+            meta = chunk.node.metadata
+            kind = "web" if meta.get("kind") == "web" else "internal"
+            for sentence in sentences(chunk.node.get_content()):
+                strips.append(
+                    Strip(
+                        text=sentence,
+                        source_id=chunk.node.node_id,
+                        kind=kind,
+                        score=self.evaluator.score(query, sentence),
+                        title=meta.get("title"),
+                        url=meta.get("url"),
+                    )
+                )
+        ranked = sorted(range(len(strips)), key=lambda i: -strips[i].score)
+        kept = sorted(i for i in ranked[: self.max_strips] if strips[i].score >= self.min_score)
+        return [strips[i] for i in kept]

@@ -1,0 +1,66 @@
+"""Synthesizers: an extractive answer with citations (offline), or an LLM's."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from llama_index.core.llms import LLM, ChatMessage
+
+from crag.events import Source, Strip
+from crag.prompts import SYNTHESIZE_PROMPT
+
+NO_KNOWLEDGE = "I found no relevant information to answer this question."
+
+
+def number_sources(strips: Sequence[Strip]) -> tuple[dict[str, int], list[Source]]:
+    """Number each distinct source once, in the order strips first mention it."""
+    numbers: dict[str, int] = {}
+    sources: list[Source] = []
+    for strip in strips:
+        if strip.source_id not in numbers:
+            numbers[strip.source_id] = len(numbers) + 1
+            sources.append(
+                Source(number=numbers[strip.source_id], kind=strip.kind, id=strip.source_id,
+                       text="", title=strip.title, url=strip.url)
+            )
+    for source in sources:
+        source.text = " ".join(s.text for s in strips if s.source_id == source.id)
+    return numbers, sources
+
+
+class ExtractiveSynthesizer:
+    """Answers with the best-supported sentences, each followed by its source number.
+
+    Args:
+        max_sentences: sentences in the answer, best first.
+    """
+
+    def __init__(self, *, max_sentences: int = 3) -> None:
+        self.max_sentences = max_sentences
+
+    async def synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]:
+        if not strips:
+            return NO_KNOWLEDGE, []
+        chosen = sorted(strips, key=lambda s: -s.score)[: self.max_sentences]
+        numbers, sources = number_sources(chosen)
+        answer = " ".join(f"{s.text} [{numbers[s.source_id]}]" for s in chosen)
+        return answer, sources
+
+
+class LLMSynthesizer:
+    """Asks a chat model to answer from numbered passages and cite them as [n]."""
+
+    def __init__(self, llm: LLM) -> None:
+        self.llm = llm
+
+    async def synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]:
+        if not strips:
+            return NO_KNOWLEDGE, []
+        numbers, sources = number_sources(strips)
+        context = "\n\n".join(f"[{s.number}] {s.title or ''}\n{s.text}".strip() for s in sources)
+        prompt = SYNTHESIZE_PROMPT.format(context=context, query=query)
+        reply = await self.llm.achat([ChatMessage(role="user", content=prompt)])
+        answer = (reply.message.content or "").strip()
+        cited = {int(n) for n in re.findall(r"\[(\d+)\]", answer)}
+        return answer, [s for s in sources if s.number in cited] or sources

@@ -1,0 +1,90 @@
+"""Web search: a BM25 search over a local corpus (offline), or Tavily."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from crag.errors import SearchError
+from crag.readers import find_files, read_documents
+from crag.steps.bm25 import BM25
+
+
+class LocalCorpusSearch:
+    """Searches a folder of documents or a .jsonl corpus with BM25, standing in for the web.
+
+    Args:
+        corpus: a directory or file (.txt, .md, .html, .jsonl); loaded on first search.
+        top_k: results returned.
+    """
+
+    def __init__(self, corpus: str | Path, *, top_k: int = 3) -> None:
+        self.corpus = Path(corpus)
+        self.top_k = top_k
+        self._nodes: list[TextNode] | None = None
+        self._bm25: BM25 | None = None
+
+    def _load(self) -> tuple[list[TextNode], BM25]:
+        if self._nodes is None or self._bm25 is None:
+            try:
+                docs = [d for f in find_files([self.corpus]) for d in read_documents(f)]
+            except Exception as exc:
+                raise SearchError(f"Web corpus {self.corpus} is unusable: {exc}") from None
+            self._nodes = [
+                TextNode(
+                    id_=f"web:{d.doc_id}",
+                    text=d.text,
+                    metadata={
+                        "title": d.metadata.get("title"),
+                        "url": d.metadata.get("url") or f"{Path(d.metadata['file']).resolve().as_uri()}#{d.doc_id}",
+                        "kind": "web",
+                    },
+                )
+                for d in docs
+            ]
+            self._bm25 = BM25([n.text for n in self._nodes])
+        return self._nodes, self._bm25
+
+    async def search(self, query: str) -> list[NodeWithScore]:
+        nodes, bm25 = self._load()
+        return [NodeWithScore(node=nodes[i], score=s) for i, s in bm25.top(query, self.top_k)]
+
+
+class TavilySearch:
+    """Tavily's search API through llama-index-tools-tavily-research.
+
+    The tool's client is synchronous, so it runs in a worker thread and never blocks the loop.
+
+    Args:
+        api_key: the Tavily key.
+        base_url: another endpoint speaking Tavily's API (a proxy, or a test server).
+        top_k: results returned.
+    """
+
+    def __init__(self, api_key: str, *, base_url: str | None = None, top_k: int = 3) -> None:
+        from llama_index.tools.tavily_research import TavilyToolSpec
+        from tavily import TavilyClient
+
+        self.tool = TavilyToolSpec(api_key=api_key)
+        if base_url:
+            self.tool.client = TavilyClient(api_key=api_key, api_base_url=base_url)
+        self.top_k = top_k
+
+    async def search(self, query: str) -> list[NodeWithScore]:
+        try:
+            documents = await asyncio.to_thread(self.tool.search, query, max_results=self.top_k)
+        except Exception as exc:  # noqa: BLE001 - the client raises many kinds
+            raise SearchError(f"Tavily search failed: {type(exc).__name__}: {exc}") from exc
+        return [
+            NodeWithScore(
+                node=TextNode(
+                    id_=f"web:{doc.metadata.get('url', i)}",
+                    text=doc.text,
+                    metadata={"url": doc.metadata.get("url"), "title": doc.metadata.get("url"), "kind": "web"},
+                ),
+                score=1.0 / (i + 1),
+            )
+            for i, doc in enumerate(documents)
+        ]

@@ -1,0 +1,111 @@
+"""Lexical tools shared by the offline components: sentences, terms, IDF statistics.
+
+Nothing here downloads anything: sentences use the Punkt tables that llama-index-core
+bundles, terms use a stopword list kept here (NLTK's is not bundled) and PyStemmer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import Stemmer
+
+# Function words and question words: they carry no topic, so they neither count as
+# evidence of relevance nor belong in a search query.
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been
+    before being below between both but by can could did do does doing done down during each
+    few for from further had has have having he her here hers herself him himself his how i
+    if in into is it its itself just may me might more most much must my myself no nor not
+    of off on once only or other our ours ourselves out over own same shall she should so
+    some such than that the their theirs them themselves then there these they this those
+    through to too under until up upon us very was we were what whatever when where whereas
+    which while who whom whose why will with would you your yours yourself yourselves
+    according called many name named one ones s t also""".split()
+)
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Stemmer.Stemmer:
+    return Stemmer.Stemmer("english")
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens, possessive endings dropped."""
+    return [w.split("'")[0].split("’")[0] for w in _WORD.findall(text.lower())]
+
+
+def terms(text: str) -> list[str]:
+    """Stemmed content terms: what relevance scoring and keyword queries are built from."""
+    kept = [w for w in words(text) if w not in STOPWORDS]
+    return _stemmer().stemWords(kept)
+
+
+@lru_cache(maxsize=1)
+def _punkt():  # noqa: ANN202 - nltk has no stubs
+    import llama_index.core
+    import nltk
+    from nltk.tokenize import PunktTokenizer
+
+    bundled = os.path.join(os.path.dirname(llama_index.core.__file__), "_static", "nltk_cache")
+    if bundled not in nltk.data.path:
+        nltk.data.path.insert(0, bundled)
+    return PunktTokenizer("english")
+
+
+def sentences(text: str) -> list[str]:
+    """Split text into sentences (Punkt, offline), each stripped, none empty."""
+    out: list[str] = []
+    for block in re.split(r"\n\s*\n", text):
+        block = " ".join(block.split())
+        if block:
+            out.extend(s.strip() for s in _punkt().tokenize(block) if s.strip())
+    return out
+
+
+@dataclass
+class TermStats:
+    """Document frequencies of a corpus, for IDF weights that do not depend on the query."""
+
+    num_docs: int = 0
+    doc_freq: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str]) -> TermStats:
+        stats = cls()
+        for text in texts:
+            stats.add(text)
+        return stats
+
+    def add(self, text: str) -> None:
+        self.num_docs += 1
+        self.doc_freq.update(set(terms(text)))
+
+    def idf(self, term: str) -> float:
+        """Smoothed IDF in (0, ~log N]; a term never seen gets the highest weight."""
+        n = max(self.num_docs, 1)
+        return math.log(1.0 + (n + 1) / (self.doc_freq.get(term, 0) + 0.5))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"num_docs": self.num_docs, "doc_freq": dict(self.doc_freq)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TermStats:
+        return cls(num_docs=int(data["num_docs"]), doc_freq=Counter(data["doc_freq"]))
+
+
+def weighted_coverage(query_terms: Sequence[str], text_terms: set[str], stats: TermStats) -> float:
+    """Share of the query's IDF mass whose terms occur in the text, in [0, 1]."""
+    unique = set(query_terms)
+    total = sum(stats.idf(t) for t in unique)
+    if total == 0.0:
+        return 0.0
+    return sum(stats.idf(t) for t in unique if t in text_terms) / total

@@ -1,0 +1,218 @@
+"""The Corrective-RAG workflow (Yan et al., 2024) as typed events between async steps.
+
+    retrieve ─▶ grade ─┬─ Correct ───▶ refine_internal ───────────────────────────┐
+                       ├─ Ambiguous ─▶ both branches, concurrently ────────────────┼─▶ synthesize
+                       └─ Incorrect ─▶ rewrite ─▶ web_search ─▶ refine_web ────────┘
+
+Each step calls one component; which components run is decided by the constructor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from time import perf_counter
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, Field
+from workflows import Context, Workflow, step
+from workflows.events import StopEvent
+
+from crag.errors import ConfigError, QueryError
+from crag.events import (
+    CragResult,
+    Grade,
+    InternalKnowledgeEvent,
+    QueryStartEvent,
+    RefineInternalEvent,
+    RetrievedEvent,
+    RewriteQueryEvent,
+    StepProgressEvent,
+    Verdict,
+    WebKnowledgeEvent,
+    WebResultsEvent,
+    WebSearchEvent,
+)
+from crag.interfaces import Grader, QueryRewriter, Refiner, Retriever, Synthesizer, WebSearch
+from crag.steps.grading import decide_verdict
+
+MAX_QUERY_CHARS = 4000
+T = TypeVar("T")
+
+# Which refined knowledge synthesis waits for, by verdict.
+_AWAITED = {
+    Verdict.CORRECT: [InternalKnowledgeEvent],
+    Verdict.INCORRECT: [WebKnowledgeEvent],
+    Verdict.AMBIGUOUS: [InternalKnowledgeEvent, WebKnowledgeEvent],
+}
+
+
+class RunState(BaseModel):
+    """What one run remembers between steps (kept in the engine's context store)."""
+
+    query: str = ""
+    verdict: Verdict | None = None
+    grades: list[Grade] = Field(default_factory=list)
+    rewritten_query: str | None = None
+    timings: dict[str, float] = Field(default_factory=dict)
+    steps: list[str] = Field(default_factory=list)
+
+
+class CorrectiveRAGWorkflow(Workflow):
+    """Corrective RAG: grade what was retrieved, and correct course with a web search.
+
+    Args:
+        retriever, grader, refiner, rewriter, web_search, synthesizer: the components,
+            anything satisfying the Protocols in `crag.interfaces`.
+        upper: some chunk scoring at least this makes the verdict Correct.
+        lower: every chunk scoring below this makes it Incorrect; in between, Ambiguous.
+        **kwargs: passed to `Workflow` (e.g. `timeout`).
+    """
+
+    def __init__(
+        self,
+        *,
+        retriever: Retriever,
+        grader: Grader,
+        refiner: Refiner,
+        rewriter: QueryRewriter,
+        web_search: WebSearch,
+        synthesizer: Synthesizer,
+        upper: float = 0.6,
+        lower: float = 0.35,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("timeout", 300.0)
+        super().__init__(**kwargs)
+        if lower > upper:
+            raise ConfigError(f"lower threshold ({lower}) must not exceed upper ({upper})")
+        self.retriever = retriever
+        self.grader = grader
+        self.refiner = refiner
+        self.rewriter = rewriter
+        self.web_search = web_search
+        self.synthesizer = synthesizer
+        self.upper = upper
+        self.lower = lower
+
+    @step
+    async def retrieve(self, ctx: Context[RunState], ev: QueryStartEvent) -> RetrievedEvent:
+        """Find candidate chunks in the user's documents."""
+        query = " ".join(ev.query.split())
+        if not query:
+            raise QueryError("The question is empty; ask something.")
+        if len(query) > MAX_QUERY_CHARS:
+            raise QueryError(f"The question is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}.")
+        await ctx.store.set("query", query)
+        async with _timed(ctx, "retrieve"):
+            chunks = await self.retriever.retrieve(query)
+        return RetrievedEvent(query=query, chunks=chunks)
+
+    @step
+    async def grade(
+        self, ctx: Context[RunState], ev: RetrievedEvent
+    ) -> RefineInternalEvent | RewriteQueryEvent:
+        """Score every chunk and decide Correct, Incorrect or Ambiguous."""
+        async with _timed(ctx, "grade"):
+            grades = await self.grader.grade(ev.query, ev.chunks)
+        verdict = decide_verdict(grades, self.upper, self.lower)
+        async with ctx.store.edit_state() as state:
+            state.grades, state.verdict = list(grades), verdict
+        kept = [c for c, g in zip(ev.chunks, grades) if g.score >= self.lower]
+        if verdict is Verdict.CORRECT:
+            return RefineInternalEvent(query=ev.query, chunks=kept)
+        if verdict is Verdict.AMBIGUOUS:
+            ctx.send_event(RefineInternalEvent(query=ev.query, chunks=kept))
+        return RewriteQueryEvent(query=ev.query)
+
+    @step
+    async def refine_internal(self, ctx: Context[RunState], ev: RefineInternalEvent) -> InternalKnowledgeEvent:
+        """Keep the relevant strips of the kept internal chunks."""
+        async with _timed(ctx, "refine_internal"):
+            strips = await self.refiner.refine(ev.query, ev.chunks)
+        return InternalKnowledgeEvent(strips=strips)
+
+    @step
+    async def rewrite(self, ctx: Context[RunState], ev: RewriteQueryEvent) -> WebSearchEvent:
+        """Turn the question into a web search query."""
+        async with _timed(ctx, "rewrite"):
+            search_query = await self.rewriter.rewrite(ev.query)
+        await ctx.store.set("rewritten_query", search_query)
+        return WebSearchEvent(query=ev.query, search_query=search_query)
+
+    @step
+    async def web_search(self, ctx: Context[RunState], ev: WebSearchEvent) -> WebResultsEvent:
+        """Search outside the user's documents."""
+        async with _timed(ctx, "web_search"):
+            results = await self.web_search.search(ev.search_query)
+        return WebResultsEvent(query=ev.query, results=results)
+
+    @step
+    async def refine_web(self, ctx: Context[RunState], ev: WebResultsEvent) -> WebKnowledgeEvent:
+        """Keep the relevant strips of the web results."""
+        async with _timed(ctx, "refine_web"):
+            strips = await self.refiner.refine(ev.query, ev.results)
+        return WebKnowledgeEvent(strips=strips)
+
+    @step
+    async def synthesize(
+        self, ctx: Context[RunState], ev: InternalKnowledgeEvent | WebKnowledgeEvent
+    ) -> StopEvent | None:
+        """Wait for the knowledge the verdict promised, then write the cited answer."""
+        state = await ctx.store.get_state()
+        ready = ctx.collect_events(ev, _AWAITED[state.verdict])
+        if ready is None:
+            return None
+        strips = [s for knowledge in ready for s in knowledge.strips]
+        async with _timed(ctx, "synthesize"):
+            answer, sources = await self.synthesizer.synthesize(state.query, strips)
+        state = await ctx.store.get_state()
+        return StopEvent(
+            result=CragResult(
+                query=state.query,
+                answer=answer,
+                verdict=state.verdict,
+                grades=state.grades,
+                sources=sources,
+                rewritten_query=state.rewritten_query,
+                timings=state.timings,
+                steps=state.steps,
+            )
+        )
+
+    def ask(self, query: str) -> CragResult:
+        """Run synchronously; works inside a running event loop too (e.g. a notebook cell)."""
+        return run_sync(lambda: self.run(query=query))
+
+
+@asynccontextmanager
+async def _timed(ctx: Context[RunState], name: str) -> AsyncIterator[None]:
+    """Announce the step on the event stream and record its duration in the run state."""
+    ctx.write_event_to_stream(StepProgressEvent(step=name, status="started"))
+    started = perf_counter()
+    yield
+    seconds = perf_counter() - started
+    async with ctx.store.edit_state() as state:
+        state.timings[name] = round(seconds, 6)
+        state.steps.append(name)
+    ctx.write_event_to_stream(StepProgressEvent(step=name, status="finished", seconds=seconds))
+
+
+def run_sync(start: Callable[[], Awaitable[T]]) -> T:
+    """Run `start()` to completion from synchronous code, with or without a running loop.
+
+    Inside a running loop (Jupyter), the work runs on a fresh loop in a worker thread
+    rather than patching the running loop re-entrantly as nest_asyncio does.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(start))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _await(start)).result()
+
+
+async def _await(start: Callable[[], Awaitable[T]]) -> T:
+    return await start()
