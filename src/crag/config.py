@@ -59,7 +59,7 @@ class GraderSettings(_Section):
 class RefinerSettings(_Section):
     kind: Literal["strips"] = "strips"
     max_strips: int = Field(6, gt=0)
-    min_score: float = Field(0.2, ge=0.0, le=1.0)
+    min_score: float = Field(0.4, ge=0.0, le=1.0)
 
 
 class RewriterSettings(_Section):

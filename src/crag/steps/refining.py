@@ -20,7 +20,7 @@ class StripRefiner:
         min_score: strips scoring below this are dropped.
     """
 
-    def __init__(self, evaluator: LexicalEvaluator, *, max_strips: int = 6, min_score: float = 0.2) -> None:
+    def __init__(self, evaluator: LexicalEvaluator, *, max_strips: int = 6, min_score: float = 0.4) -> None:
         self.evaluator = evaluator
         self.max_strips = max_strips
         self.min_score = min_score

@@ -92,7 +92,7 @@ class CorrectiveRAGWorkflow(Workflow):
         self.grader = grader
         self.refiner = refiner
         self.rewriter = rewriter
-        self.web_search = web_search
+        self.searcher = web_search  # not `web_search`: that name is the step
         self.synthesizer = synthesizer
         self.upper = upper
         self.lower = lower
@@ -146,7 +146,7 @@ class CorrectiveRAGWorkflow(Workflow):
     async def web_search(self, ctx: Context[RunState], ev: WebSearchEvent) -> WebResultsEvent:
         """Search outside the user's documents."""
         async with _timed(ctx, "web_search"):
-            results = await self.web_search.search(ev.search_query)
+            results = await self.searcher.search(ev.search_query)
         return WebResultsEvent(query=ev.query, results=results)
 
     @step
