@@ -63,8 +63,10 @@ def _jsonl_documents(path: Path, text: str) -> Iterator[Document]:
             raise IngestError(
                 f"{path}:{number}: expected a JSON object with 'doc_id' and 'text' ({exc})."
             ) from None
-        title = str(record.get("title") or doc_id)
-        yield Document(text=body, id_=doc_id, metadata={"title": title, "file": str(path)})
+        metadata = {"title": str(record.get("title") or doc_id), "file": str(path)}
+        if record.get("url"):
+            metadata["url"] = str(record["url"])
+        yield Document(text=body, id_=doc_id, metadata=metadata)
 
 
 class _TextExtractor(HTMLParser):

@@ -49,13 +49,13 @@ class LexicalEvaluator:
         self.window = window
 
     def score(self, query: str, text: str) -> float:
-        query_terms = terms(query)
-        if not query_terms:
+        wanted = terms(query)
+        if not wanted:
             return 0.0
-        whole = weighted_coverage(query_terms, set(terms(text)), self.stats)
+        whole = weighted_coverage(wanted, set(terms(text)), self.stats)
         sents = [set(terms(s)) for s in sentences(text)] or [set()]
         windows = [set().union(*sents[i : i + self.window]) for i in range(len(sents))]
-        best = max(weighted_coverage(query_terms, w, self.stats) for w in windows)
+        best = max(weighted_coverage(wanted, w, self.stats) for w in windows)
         return round(0.5 * whole + 0.5 * best, 4)
 
     async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 from llama_index.core.llms import LLM, ChatMessage
 
 from crag.prompts import REWRITE_PROMPT
 from crag.text import STOPWORDS, words
+
+# "How long", "how many"...: the adjective asks for the answer's type; searching for it
+# finds pages that merely use the word.
+_ANSWER_TYPE = re.compile(
+    r"\bhow\s+(long|many|much|old|far|big|large|often|tall|high|fast|deep|wide|soon)\b", re.IGNORECASE
+)
 
 
 class KeywordRewriter:
@@ -13,7 +21,7 @@ class KeywordRewriter:
 
     async def rewrite(self, query: str) -> str:
         seen: dict[str, None] = {}
-        for word in words(query):
+        for word in words(_ANSWER_TYPE.sub(" ", query)):
             if word not in STOPWORDS and len(word) > 1 or word.isdigit():
                 seen.setdefault(word, None)
         return " ".join(seen) or query.strip()

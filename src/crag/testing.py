@@ -1,0 +1,83 @@
+"""Fakes for tests, yours included: a chat model with a set latency, a fixed grader."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    CompletionResponse,
+    CompletionResponseGen,
+    LLMMetadata,
+)
+from llama_index.core.llms import CustomLLM
+from llama_index.core.schema import NodeWithScore
+from pydantic import Field, PrivateAttr
+
+from crag.events import Grade
+
+
+class FakeLLM(CustomLLM):
+    """A chat model that answers with `reply(prompt)` after sleeping `latency` seconds.
+
+    The async calls sleep with `asyncio.sleep`, so concurrent calls overlap as real
+    network calls would; `calls` keeps every prompt received.
+
+    Example:
+        llm = FakeLLM(reply=lambda prompt: "9" if "warranty" in prompt else "1", latency=0.05)
+    """
+
+    reply: Callable[[str], str] = Field(default=lambda prompt: "OK", exclude=True)
+    latency: float = 0.0
+    _calls: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def calls(self) -> list[str]:
+        return self._calls
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="fake", is_chat_model=True)
+
+    def _answer(self, prompt: str) -> str:
+        self._calls.append(prompt)
+        return self.reply(prompt)
+
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        time.sleep(self.latency)
+        return CompletionResponse(text=self._answer(prompt))
+
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        yield self.complete(prompt)
+
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        await asyncio.sleep(self.latency)
+        return CompletionResponse(text=self._answer(prompt))
+
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        text = self.complete(_prompt(messages)).text
+        return ChatResponse(message=ChatMessage(role="assistant", content=text))
+
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        text = (await self.acomplete(_prompt(messages))).text
+        return ChatResponse(message=ChatMessage(role="assistant", content=text))
+
+
+def _prompt(messages: Sequence[ChatMessage]) -> str:
+    return "\n".join(m.content or "" for m in messages)
+
+
+class FixedGrader:
+    """Grades every chunk with the same score, to force a verdict in tests."""
+
+    name = "fixed"
+
+    def __init__(self, score: float) -> None:
+        self.score = score
+
+    async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
+        return [Grade(chunk_id=c.node.node_id, score=self.score, grader=self.name) for c in chunks]

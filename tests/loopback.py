@@ -1,0 +1,241 @@
+"""Loopback HTTP servers that speak the real OpenAI and Tavily APIs, for tests.
+
+Standard library only: a `ThreadingHTTPServer` on 127.0.0.1 (a free port) in a
+background thread. It records every request and answers with a function the test
+supplies, so crag's real clients (openai/httpx, tavily/requests) are exercised end to
+end without the network.
+
+    with LoopbackServer(openai_chat(lambda messages: "9")) as server:
+        settings = Settings.load(env={"OPENAI_BASE_URL": server.url + "/v1", ...})
+        ...
+        assert server.requests[0].path == "/v1/chat/completions"
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import count
+from typing import Any
+
+
+@dataclass
+class Request:
+    """One request the server received, as the client sent it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]  # names lower-cased
+    raw: bytes
+    json: Any  # the parsed body, or None when it is not JSON
+    started: float = 0.0  # time.perf_counter() when the handler began
+    finished: float = 0.0  # ... and when it returned
+
+
+@dataclass
+class Reply:
+    """What the server answers: a status and a JSON (or text) body."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[Request], Reply]
+
+
+class LoopbackServer:
+    """A local HTTP server answering every request with `handler(request)`.
+
+    Use as a context manager; `url` is "http://127.0.0.1:PORT" (no trailing slash).
+    A handler that raises is answered with HTTP 500 and the traceback, and the
+    exception is kept in `errors` so a test can tell a server bug from a client one.
+    """
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.requests: list[Request] = []
+        self.errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "the server is not running"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def requests_to(self, path_suffix: str) -> list[Request]:
+        """Recorded requests whose path ends with `path_suffix`, in arrival order."""
+        return [r for r in self.requests if r.path.endswith(path_suffix)]
+
+    def __enter__(self) -> LoopbackServer:
+        owner = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = None
+                request = Request(
+                    method=self.command,
+                    path=self.path.split("?", 1)[0],
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                    raw=raw,
+                    json=body,
+                    started=time.perf_counter(),
+                )
+                with owner._lock:
+                    owner.requests.append(request)
+                try:
+                    reply = owner.handler(request)
+                except Exception as exc:  # noqa: BLE001 - reported to the client and the test
+                    owner.errors.append(exc)
+                    reply = Reply(500, {"error": {"message": traceback.format_exc()}})
+                request.finished = time.perf_counter()
+                self._send(reply)
+
+            def _send(self, reply: Reply) -> None:
+                if isinstance(reply.body, (bytes, str)):
+                    data = reply.body.encode() if isinstance(reply.body, str) else reply.body
+                    content_type = "text/plain; charset=utf-8"
+                else:
+                    data = json.dumps(reply.body).encode()
+                    content_type = "application/json"
+                self.send_response(reply.status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="loopback", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._server is not None and self._thread is not None
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+# --- OpenAI chat completions -------------------------------------------------------------
+
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+_ids = count(1)
+
+
+def chat_completion(content: str, *, model: str, prompt_text: str = "") -> dict[str, Any]:
+    """A non-streaming `chat.completion` object as OpenAI returns it."""
+    prompt_tokens = max(1, len(prompt_text.split()))
+    completion_tokens = max(1, len(content.split()))
+    return {
+        "id": f"chatcmpl-loopback-{next(_ids)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": "fp_loopback",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": None},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def message_text(request: Request) -> str:
+    """All message contents of a chat-completions request, joined by newlines."""
+    parts: list[str] = []
+    for message in (request.json or {}).get("messages", []):
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
+            parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
+        elif content:
+            parts.append(str(content))
+    return "\n".join(parts)
+
+
+def openai_chat(reply: Callable[[str], str], *, delay: Callable[[str], float] | None = None) -> Handler:
+    """Answers `POST /v1/chat/completions` with `reply(prompt)`, the request's message text.
+
+    `delay(prompt)` seconds are slept before answering, to make calls overlap in time.
+    Streaming requests are refused (crag's components do not stream).
+    """
+
+    def handle(request: Request) -> Reply:
+        if request.method != "POST" or request.path not in CHAT_PATHS:
+            return Reply(404, {"error": {"message": f"no route {request.method} {request.path}",
+                                         "type": "invalid_request_error"}})
+        body = request.json or {}
+        if body.get("stream"):
+            return Reply(400, {"error": {"message": "the loopback server does not stream",
+                                         "type": "invalid_request_error"}})
+        prompt = message_text(request)
+        if delay is not None:
+            time.sleep(delay(prompt))
+        return Reply(200, chat_completion(reply(prompt), model=body.get("model", "unknown"), prompt_text=prompt))
+
+    return handle
+
+
+# --- Tavily search -----------------------------------------------------------------------
+
+
+def tavily_result(title: str, url: str, content: str, score: float = 0.9) -> dict[str, Any]:
+    """One entry of a Tavily search response's `results`."""
+    return {"title": title, "url": url, "content": content, "score": score, "raw_content": None}
+
+
+def tavily_search(results: Callable[[dict], list[dict]] | list[dict]) -> Handler:
+    """Answers `POST /search` in Tavily's response shape; `results` may depend on the body."""
+
+    def handle(request: Request) -> Reply:
+        if request.method != "POST" or request.path != "/search":
+            return Reply(404, {"detail": {"error": f"no route {request.method} {request.path}"}})
+        body = request.json or {}
+        found = results(body) if callable(results) else list(results)
+        found = found[: body.get("max_results") or len(found)]
+        return Reply(200, {
+            "query": body.get("query", ""),
+            "follow_up_questions": None,
+            "answer": None,
+            "images": [],
+            "results": found,
+            "response_time": 0.01,
+            "request_id": f"loopback-{next(_ids)}",
+        })
+
+    return handle
+
+
+def failing(status: int, body: Any = None) -> Handler:
+    """Answers every request with `status` (e.g. 500) and `body`."""
+    return lambda request: Reply(status, body if body is not None else {"detail": {"error": "server exploded"}})

@@ -1,0 +1,108 @@
+"""The corrective workflow end to end with the offline components."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from workflows.events import StepState, StepStateChanged
+
+from crag import CragResult, QueryError, Settings, Verdict, build_workflow
+from crag.events import StepProgressEvent
+from crag.testing import FixedGrader
+
+
+async def run_and_trace(workflow, query: str) -> tuple[CragResult, list[str], list[str]]:
+    """Run, returning the result, the steps the engine ran and the progress events crag wrote."""
+    handler = workflow.run(query=query)
+    engine_steps: list[str] = []
+    progress: list[str] = []
+    async for event in handler.stream_events(expose_internal=True):
+        if isinstance(event, StepStateChanged) and event.step_state == StepState.RUNNING:
+            engine_steps.append(event.name)
+        elif isinstance(event, StepProgressEvent) and event.status == "finished":
+            progress.append(event.step)
+    return await handler, engine_steps, progress
+
+
+async def test_correct_answers_from_the_documents_without_searching_the_web(sample_settings: Settings) -> None:
+    result, steps, _ = await run_and_trace(
+        build_workflow(sample_settings), "What warranty does Lumen give on the Helio H10?"
+    )
+    assert result.verdict is Verdict.CORRECT
+    assert steps == ["retrieve", "grade", "refine_internal", "synthesize"]
+    assert "12-year warranty" in result.answer
+    assert {s.kind for s in result.sources} == {"internal"}
+    assert result.rewritten_query is None
+
+
+async def test_incorrect_discards_retrieval_and_answers_from_the_web(sample_settings: Settings) -> None:
+    result, steps, _ = await run_and_trace(
+        build_workflow(sample_settings), "Who invented the lithium-ion battery?"
+    )
+    assert result.verdict is Verdict.INCORRECT
+    assert steps == ["retrieve", "grade", "rewrite", "web_search", "refine_web", "synthesize"]
+    assert "refine_internal" not in steps
+    assert all(g.score < sample_settings.grader.lower for g in result.grades)
+    assert result.rewritten_query == "invented lithium ion battery"
+    assert [s.id for s in result.sources] == ["web:lithium-ion-history"]
+    assert "Goodenough" in result.answer and "[1]" in result.answer
+
+
+async def test_ambiguous_runs_both_branches_and_joins_them(sample_settings: Settings) -> None:
+    result, steps, progress = await run_and_trace(
+        build_workflow(sample_settings), "What cathode does the Helio H10 battery use?"
+    )
+    assert result.verdict is Verdict.AMBIGUOUS
+    assert set(steps) == {"retrieve", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"}
+    assert steps.count("synthesize") == 2  # once per knowledge event; the first waits for the second
+    assert progress[-1] == "synthesize" and progress.count("synthesize") == 1
+    assert "web:lfp-chemistry" in {s.id for s in result.sources}
+    assert "cathode" in result.answer
+
+
+async def test_result_reports_grades_timings_and_steps(sample_settings: Settings, sample_index) -> None:
+    result = await build_workflow(sample_settings).run(query="What warranty does Lumen give on the Helio H10?")
+    assert len(result.grades) == min(sample_settings.retriever.top_k, len(sample_index))
+    assert all(0.0 <= g.score <= 1.0 and g.grader == "lexical" for g in result.grades)
+    assert set(result.timings) == set(result.steps) == {"retrieve", "grade", "refine_internal", "synthesize"}
+    assert all(seconds >= 0 for seconds in result.timings.values())
+
+
+@pytest.mark.parametrize("score, verdict", [(0.9, Verdict.CORRECT), (0.5, Verdict.AMBIGUOUS), (0.1, Verdict.INCORRECT)])
+async def test_thresholds_decide_the_verdict(sample_settings: Settings, score: float, verdict: Verdict) -> None:
+    workflow = build_workflow(sample_settings, grader=FixedGrader(score))
+    result = await workflow.run(query="What warranty does Lumen give on the Helio H10?")
+    assert result.verdict is verdict
+
+
+async def test_binary_grading_is_the_case_upper_equals_lower(sample_settings: Settings) -> None:
+    settings = sample_settings.model_copy(update={"grader": sample_settings.grader.model_copy(update={"upper": 0.5, "lower": 0.5})})
+    for score, verdict in [(0.5, Verdict.CORRECT), (0.49, Verdict.INCORRECT)]:
+        result = await build_workflow(settings, grader=FixedGrader(score)).run(query="warranty of the H10")
+        assert result.verdict is verdict
+
+
+@pytest.mark.parametrize("question", ["", "   ", "x" * 5000])
+async def test_an_unusable_question_is_a_clear_error(sample_settings: Settings, question: str) -> None:
+    with pytest.raises(QueryError, match="question"):
+        await build_workflow(sample_settings).run(query=question)
+
+
+async def test_without_a_web_search_an_incorrect_verdict_says_nothing_was_found(sample_settings: Settings) -> None:
+    settings = sample_settings.model_copy(update={"web_search": sample_settings.web_search.model_copy(update={"corpus": None})})
+    result = await build_workflow(settings).run(query="Who invented the lithium-ion battery?")
+    assert result.verdict is Verdict.INCORRECT
+    assert result.sources == []
+    assert "no relevant information" in result.answer
+
+
+def test_ask_works_without_an_event_loop(sample_settings: Settings) -> None:
+    result = build_workflow(sample_settings).ask("What warranty does Lumen give on the Helio H10?")
+    assert result.verdict is Verdict.CORRECT
+
+
+async def test_ask_works_inside_a_running_event_loop_as_in_a_notebook(sample_settings: Settings) -> None:
+    asyncio.get_running_loop()  # a loop is running here, as in a Jupyter cell
+    result = build_workflow(sample_settings).ask("What warranty does Lumen give on the Helio H10?")
+    assert result.verdict is Verdict.CORRECT
