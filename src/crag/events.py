@@ -34,6 +34,7 @@ class Strip(BaseModel):
     source_id: str
     kind: Literal["internal", "web"]
     score: float = 0.0
+    doc_id: str | None = None
     title: str | None = None
     url: str | None = None
 
@@ -43,8 +44,9 @@ class Source(BaseModel):
 
     number: int
     kind: Literal["internal", "web"]
-    id: str
-    text: str
+    id: str = Field(description="The chunk (internal) or result (web) id.")
+    text: str = Field(description="The strips of this source that reached the answer.")
+    doc_id: str | None = Field(default=None, description="The ingested document the chunk came from.")
     title: str | None = None
     url: str | None = None
 

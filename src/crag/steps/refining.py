@@ -37,6 +37,7 @@ class StripRefiner:
                         source_id=chunk.node.node_id,
                         kind=kind,
                         score=self.evaluator.score(query, sentence),
+                        doc_id=meta.get("doc_id") or chunk.node.ref_doc_id,
                         title=meta.get("title"),
                         url=meta.get("url"),
                     )

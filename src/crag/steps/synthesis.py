@@ -21,8 +21,15 @@ def number_sources(strips: Sequence[Strip]) -> tuple[dict[str, int], list[Source
         if strip.source_id not in numbers:
             numbers[strip.source_id] = len(numbers) + 1
             sources.append(
-                Source(number=numbers[strip.source_id], kind=strip.kind, id=strip.source_id,
-                       text="", title=strip.title, url=strip.url)
+                Source(
+                    number=numbers[strip.source_id],
+                    kind=strip.kind,
+                    id=strip.source_id,
+                    text="",
+                    doc_id=strip.doc_id,
+                    title=strip.title,
+                    url=strip.url,
+                )
             )
     for source in sources:
         source.text = " ".join(s.text for s in strips if s.source_id == source.id)

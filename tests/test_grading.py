@@ -1,0 +1,88 @@
+"""Graders: the offline evaluator judges absolute relevance; the LLM grader is concurrent and robust."""
+
+from __future__ import annotations
+
+import time
+
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from crag import Verdict
+from crag.events import Grade
+from crag.steps.grading import LexicalEvaluator, LLMGrader, decide_verdict
+from crag.testing import FakeLLM
+from crag.text import TermStats
+
+CORPUS = [
+    "The Eiffel Tower in Paris was completed in 1889 for the World's Fair.",
+    "Mount Everest is the highest mountain above sea level, in the Himalayas.",
+    "The Great Barrier Reef lies off the coast of Queensland, Australia.",
+]
+
+
+def chunks(*texts: str) -> list[NodeWithScore]:
+    return [NodeWithScore(node=TextNode(id_=f"c{i}", text=t), score=1.0) for i, t in enumerate(texts)]
+
+
+def grades(*scores: float) -> list[Grade]:
+    return [Grade(chunk_id=str(i), score=s, grader="t") for i, s in enumerate(scores)]
+
+
+def test_verdict_follows_the_two_thresholds() -> None:
+    assert decide_verdict(grades(0.1, 0.7), upper=0.6, lower=0.3) is Verdict.CORRECT
+    assert decide_verdict(grades(0.1, 0.2), upper=0.6, lower=0.3) is Verdict.INCORRECT
+    assert decide_verdict(grades(0.1, 0.4), upper=0.6, lower=0.3) is Verdict.AMBIGUOUS
+    assert decide_verdict([], upper=0.6, lower=0.3) is Verdict.INCORRECT
+
+
+def test_evaluator_scores_the_answering_passage_high_and_others_low() -> None:
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS))
+    question = "When was the Eiffel Tower completed?"
+    scores = [evaluator.score(question, text) for text in CORPUS]
+    assert scores[0] >= 0.9
+    assert max(scores[1:]) < 0.2
+
+
+def test_evaluator_is_absolute_when_nothing_relevant_was_retrieved() -> None:
+    """Scores do not depend on the other chunks: with the gold passage missing, all stay low."""
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS))
+    question = "When was the Eiffel Tower completed?"
+    assert all(evaluator.score(question, text) < 0.2 for text in CORPUS[1:])
+    assert evaluator.score("", CORPUS[0]) == 0.0
+
+
+async def test_llm_grader_grades_all_chunks_concurrently() -> None:
+    llm = FakeLLM(reply=lambda prompt: "8" if "Eiffel" in prompt.split("Document:")[1] else "1", latency=0.2)
+    grader = LLMGrader(llm, fallback=LexicalEvaluator(TermStats.from_texts(CORPUS)), concurrency=8)
+    started = time.perf_counter()
+    result = await grader.grade("When was the Eiffel Tower completed?", chunks(*CORPUS))
+    elapsed = time.perf_counter() - started
+    assert [g.score for g in result] == [0.8, 0.1, 0.1]
+    assert len(llm.calls) == 3
+    assert elapsed < 0.45, "three 0.2 s calls in sequence would take 0.6 s"
+
+
+async def test_llm_grader_respects_its_concurrency_bound() -> None:
+    llm = FakeLLM(reply=lambda prompt: "5", latency=0.1)
+    grader = LLMGrader(llm, fallback=LexicalEvaluator(TermStats.from_texts(CORPUS)), concurrency=1)
+    started = time.perf_counter()
+    await grader.grade("q", chunks(*CORPUS))
+    assert time.perf_counter() - started >= 0.3
+
+
+async def test_an_unparseable_llm_grade_falls_back_to_the_offline_evaluator() -> None:
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS))
+    grader = LLMGrader(FakeLLM(reply=lambda prompt: "I'd rather not say."), fallback=evaluator)
+    question = "When was the Eiffel Tower completed?"
+    (grade, *_) = await grader.grade(question, chunks(*CORPUS))
+    assert grade.grader == "lexical"
+    assert grade.score == evaluator.score(question, CORPUS[0])
+    assert "LLM grade unusable" in grade.note and "rather not say" in grade.note
+
+
+async def test_a_failing_llm_call_falls_back_too() -> None:
+    def broken(prompt: str) -> str:
+        raise ConnectionError("server went away")
+
+    grader = LLMGrader(FakeLLM(reply=broken), fallback=LexicalEvaluator(TermStats.from_texts(CORPUS)))
+    result = await grader.grade("Eiffel Tower", chunks(*CORPUS))
+    assert all(g.grader == "lexical" and "ConnectionError" in g.note for g in result)
