@@ -47,7 +47,7 @@ class GraderSettings(_Section):
     kind: Literal["auto", "lexical", "llm"] = "auto"
     upper: float = Field(0.6, ge=0.0, le=1.0, description="Some chunk >= upper: Correct.")
     lower: float = Field(0.35, ge=0.0, le=1.0, description="All chunks < lower: Incorrect.")
-    concurrency: int = Field(8, gt=0, description="LLM grading calls in flight at once.")
+    concurrency: int = Field(32, gt=0, description="LLM grading calls in flight at once.")
 
     @model_validator(mode="after")
     def _ordered(self) -> GraderSettings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -47,7 +48,8 @@ def read_documents(path: Path) -> Iterator[Document]:
     if suffix in (".html", ".htm"):
         title, text = _html_text(text)
     else:
-        title = path.stem
+        heading = re.match(r"\s*#\s+(.+)", text) if suffix in (".md", ".markdown") else None
+        title = heading.group(1).strip() if heading else path.stem
     if text.strip():
         yield Document(text=text, id_=str(path), metadata={"title": title, "file": str(path)})
 

@@ -32,10 +32,16 @@ def decide_verdict(grades: Sequence[Grade], upper: float, lower: float) -> Verdi
 class LexicalEvaluator:
     """Offline relevance evaluator: no LLM, an absolute score in [0, 1] per chunk.
 
-    The score is how much of the query's IDF-weighted content the chunk covers, averaged
-    with the coverage of its best two-sentence window, since an answer usually sits in one
-    place that repeats most of the question's rare terms. It does not compare chunks with
-    each other, so when no retrieved chunk is about the question every score stays low.
+    The score blends three coverages of the question's content terms, IDF-weighted:
+    of the whole chunk (0.4), of its best two-sentence window (0.4), since an answer
+    usually sits in one place that repeats most of the question's rare terms, and of the
+    question's consecutive term pairs (0.2), which rewards phrases over scattered words.
+    The document title counts as part of the text: it names the entity a passage is
+    about. Chunks are never compared with each other, so when none is about the question
+    every score stays low.
+
+    On the top-5 chunks of the shared dev sets, ROC AUC against "is the gold passage":
+    squad 0.87, popqa 0.998, hotpotqa 0.79 (`python benchmarks/retrieval.py`).
 
     Args:
         stats: document frequencies of the corpus, for IDF weights.
@@ -48,19 +54,27 @@ class LexicalEvaluator:
         self.stats = stats
         self.window = window
 
-    def score(self, query: str, text: str) -> float:
+    def score(self, query: str, text: str, title: str | None = None) -> float:
         wanted = terms(query)
         if not wanted:
             return 0.0
-        whole = weighted_coverage(wanted, set(terms(text)), self.stats)
+        title_terms = set(terms(title)) if title else set()
+        text_terms = terms(text)
+        whole = weighted_coverage(wanted, set(text_terms) | title_terms, self.stats)
         sents = [set(terms(s)) for s in sentences(text)] or [set()]
-        windows = [set().union(*sents[i : i + self.window]) for i in range(len(sents))]
+        windows = [set().union(*sents[i : i + self.window]) | title_terms for i in range(len(sents))]
         best = max(weighted_coverage(wanted, w, self.stats) for w in windows)
-        return round(0.5 * whole + 0.5 * best, 4)
+        pairs = set(zip(wanted, wanted[1:]))
+        phrase = len(pairs & set(zip(text_terms, text_terms[1:]))) / len(pairs) if pairs else whole
+        return round(0.4 * whole + 0.4 * best + 0.2 * phrase, 4)
 
     async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
         return [
-            Grade(chunk_id=c.node.node_id, score=self.score(query, c.node.get_content()), grader=self.name)
+            Grade(
+                chunk_id=c.node.node_id,
+                score=self.score(query, c.node.get_content(), c.node.metadata.get("title")),
+                grader=self.name,
+            )
             for c in chunks
         ]
 
@@ -94,7 +108,7 @@ class LLMGrader:
 
     name = "llm"
 
-    def __init__(self, llm: LLM, fallback: Grader, *, concurrency: int = 8, max_chars: int = 4000) -> None:
+    def __init__(self, llm: LLM, fallback: Grader, *, concurrency: int = 32, max_chars: int = 4000) -> None:
         self.llm = llm
         self.fallback = fallback
         self.concurrency = concurrency

@@ -35,7 +35,7 @@ class HybridRetriever:
         top_k: int = 5,
         mode: str = "hybrid",
         candidates: int = 50,
-        vector_weight: float = 0.3,
+        vector_weight: float = 0.2,
     ) -> None:
         self.index = index
         self.embed_model = embed_model or WordLlamaEmbedding()
