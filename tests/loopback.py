@@ -128,7 +128,13 @@ class LoopbackServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="loopback", daemon=True)
+        # A short poll interval: shutdown() waits for the serving loop to notice (default 0.5 s).
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="loopback",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -183,25 +189,34 @@ def message_text(request: Request) -> str:
     return "\n".join(parts)
 
 
-def openai_chat(reply: Callable[[str], str], *, delay: Callable[[str], float] | None = None) -> Handler:
+def _openai_error(status: int, message: str) -> Reply:
+    return Reply(status, {"error": {"message": message, "type": "invalid_request_error"}})
+
+
+def openai_chat(
+    reply: Callable[[str], str | Reply], *, delay: Callable[[str], float] | None = None
+) -> Handler:
     """Answers `POST /v1/chat/completions` with `reply(prompt)`, the request's message text.
 
+    `reply` returns the assistant's content, or a `Reply` to send as is (an error status).
     `delay(prompt)` seconds are slept before answering, to make calls overlap in time.
     Streaming requests are refused (crag's components do not stream).
     """
 
     def handle(request: Request) -> Reply:
         if request.method != "POST" or request.path not in CHAT_PATHS:
-            return Reply(404, {"error": {"message": f"no route {request.method} {request.path}",
-                                         "type": "invalid_request_error"}})
+            return _openai_error(404, f"no route {request.method} {request.path}")
         body = request.json or {}
         if body.get("stream"):
-            return Reply(400, {"error": {"message": "the loopback server does not stream",
-                                         "type": "invalid_request_error"}})
+            return _openai_error(400, "the loopback server does not stream")
         prompt = message_text(request)
         if delay is not None:
             time.sleep(delay(prompt))
-        return Reply(200, chat_completion(reply(prompt), model=body.get("model", "unknown"), prompt_text=prompt))
+        content = reply(prompt)
+        if isinstance(content, Reply):
+            return content
+        model = body.get("model", "unknown")
+        return Reply(200, chat_completion(content, model=model, prompt_text=prompt))
 
     return handle
 
@@ -223,7 +238,7 @@ def tavily_search(results: Callable[[dict], list[dict]] | list[dict]) -> Handler
         body = request.json or {}
         found = results(body) if callable(results) else list(results)
         found = found[: body.get("max_results") or len(found)]
-        return Reply(200, {
+        response = {
             "query": body.get("query", ""),
             "follow_up_questions": None,
             "answer": None,
@@ -231,11 +246,13 @@ def tavily_search(results: Callable[[dict], list[dict]] | list[dict]) -> Handler
             "results": found,
             "response_time": 0.01,
             "request_id": f"loopback-{next(_ids)}",
-        })
+        }
+        return Reply(200, response)
 
     return handle
 
 
 def failing(status: int, body: Any = None) -> Handler:
-    """Answers every request with `status` (e.g. 500) and `body`."""
-    return lambda request: Reply(status, body if body is not None else {"detail": {"error": "server exploded"}})
+    """Answers every request with `status` and `body` (by default in Tavily's error shape)."""
+    body = body if body is not None else {"detail": {"error": "server exploded"}}
+    return lambda request: Reply(status, body)

@@ -64,6 +64,7 @@ class RefinerSettings(_Section):
 
 class RewriterSettings(_Section):
     kind: Literal["auto", "keywords", "llm"] = "auto"
+    speculative: bool = Field(True, description="Rewrite alongside grading, not after it.")
 
 
 class WebSearchSettings(_Section):

@@ -83,14 +83,20 @@ class RefineInternalEvent(Event):
 
 
 class RewriteQueryEvent(Event):
-    """Internal knowledge is insufficient: rewrite the query for the web (Incorrect and Ambiguous)."""
+    """Asks for a web search query; sent alongside grading, so it is ready if the web is needed."""
 
     query: str
 
 
-class WebSearchEvent(Event):
+class RewrittenQueryEvent(Event):
     query: str
     search_query: str
+
+
+class WebSearchNeededEvent(Event):
+    """Internal knowledge is insufficient: search the web (Incorrect and Ambiguous)."""
+
+    query: str
 
 
 class WebResultsEvent(Event):

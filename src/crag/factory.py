@@ -78,7 +78,12 @@ def build_workflow(
     if unknown:
         raise ConfigError(f"Unknown component(s) {sorted(unknown)}; expected one of {sorted(defaults)}.")
     defaults.update({k: v for k, v in components.items() if v is not None})
-    return CorrectiveRAGWorkflow(**defaults, upper=settings.grader.upper, lower=settings.grader.lower)
+    return CorrectiveRAGWorkflow(
+        **defaults,
+        upper=settings.grader.upper,
+        lower=settings.grader.lower,
+        speculative_rewrite=settings.rewriter.speculative,
+    )
 
 
 def _web_search(settings: Settings) -> WebSearch:

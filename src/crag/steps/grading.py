@@ -54,14 +54,16 @@ class LexicalEvaluator:
         self.stats = stats
         self.window = window
 
-    def score(self, query: str, text: str, title: str | None = None) -> float:
+    def score(self, query: str, text: str, title: str | None = None, *, split: bool = True) -> float:
+        """Relevance of `text` to `query`; `split=False` treats `text` as one sentence."""
         wanted = terms(query)
         if not wanted:
             return 0.0
         title_terms = set(terms(title)) if title else set()
         text_terms = terms(text)
         whole = weighted_coverage(wanted, set(text_terms) | title_terms, self.stats)
-        sents = [set(terms(s)) for s in sentences(text)] or [set()]
+        sents = [set(terms(s)) for s in sentences(text)] if split else [set(text_terms)]
+        sents = sents or [set()]
         windows = [set().union(*sents[i : i + self.window]) | title_terms for i in range(len(sents))]
         best = max(weighted_coverage(wanted, w, self.stats) for w in windows)
         pairs = set(zip(wanted, wanted[1:]))
@@ -79,18 +81,25 @@ class LexicalEvaluator:
         ]
 
 
-_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?:\s*/\s*10)?(?![\w.])")
+_NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)(?:\s*/\s*10)?(?!\.?\d)")
 
 
 def parse_grade(reply: str) -> float:
-    """Read a 0-10 rating (or yes/no) from a model's reply; raise GradeParseError otherwise."""
+    """Read a 0-10 rating (or yes/no) from a model's reply; raise GradeParseError otherwise.
+
+    A decimal strictly between 0 and 1 ("0.8") is read as the probability the model
+    meant, not as 0.08 on the prompt's scale.
+    """
     text = reply.strip().lower()
     match = _NUMBER.search(text)
     if match:
-        value = float(match.group(1))
+        number = match.group(1)
+        value = float(number)
+        if "." in number and 0.0 < value < 1.0 and "/" not in match.group(0):
+            return value
         if 0.0 <= value <= 10.0:
             return value / 10.0
-        raise GradeParseError(f"grade {value} is outside 0-10 in reply {reply[:80]!r}")
+        raise GradeParseError(f"grade {number} is outside 0-10 in reply {reply[:80]!r}")
     first = re.findall(r"[a-z]+", text)[:3]
     if "yes" in first or "relevant" in first[:1]:
         return 1.0

@@ -36,7 +36,7 @@ class StripRefiner:
                         text=sentence,
                         source_id=chunk.node.node_id,
                         kind=kind,
-                        score=self.evaluator.score(query, sentence, meta.get("title")),
+                        score=self.evaluator.score(query, sentence, meta.get("title"), split=False),
                         doc_id=meta.get("doc_id") or chunk.node.ref_doc_id,
                         title=meta.get("title"),
                         url=meta.get("url"),

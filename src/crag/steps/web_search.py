@@ -40,6 +40,7 @@ class LocalCorpusSearch:
                         "title": d.metadata.get("title"),
                         "url": d.metadata.get("url") or f"{Path(d.metadata['file']).resolve().as_uri()}#{d.doc_id}",
                         "kind": "web",
+                        "doc_id": d.doc_id,
                     },
                 )
                 for d in docs
@@ -69,7 +70,7 @@ class TavilySearch:
 
         self.tool = TavilyToolSpec(api_key=api_key)
         if base_url:
-            self.tool.client = TavilyClient(api_key=api_key, api_base_url=base_url)
+            self.tool.client = TavilyClient(api_key=api_key, api_base_url=base_url.rstrip("/"))
         self.top_k = top_k
 
     async def search(self, query: str) -> list[NodeWithScore]:
@@ -82,7 +83,7 @@ class TavilySearch:
                 node=TextNode(
                     id_=f"web:{doc.metadata.get('url', i)}",
                     text=doc.text,
-                    metadata={"url": doc.metadata.get("url"), "title": doc.metadata.get("url"), "kind": "web"},
+                    metadata={"url": doc.metadata.get("url"), "kind": "web"},  # the tool drops titles
                 ),
                 score=1.0 / (i + 1),
             )

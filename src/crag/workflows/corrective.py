@@ -4,7 +4,10 @@
                        ├─ Ambiguous ─▶ both branches, concurrently ────────────────┼─▶ synthesize
                        └─ Incorrect ─▶ rewrite ─▶ web_search ─▶ refine_web ────────┘
 
-Each step calls one component; which components run is decided by the constructor.
+The rewrite is speculative by default: it starts with grading rather than after it, so
+an Incorrect verdict costs two model round trips in sequence (grade ∥ rewrite, then
+synthesize) instead of three. The web search itself waits for the verdict, so a Correct
+run never searches. Each step calls one component.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from crag.events import (
     RefineInternalEvent,
     RetrievedEvent,
     RewriteQueryEvent,
+    RewrittenQueryEvent,
     StepProgressEvent,
     Verdict,
     WebKnowledgeEvent,
     WebResultsEvent,
-    WebSearchEvent,
+    WebSearchNeededEvent,
 )
 from crag.interfaces import Grader, QueryRewriter, Refiner, Retriever, Synthesizer, WebSearch
 from crag.steps.grading import decide_verdict
@@ -68,6 +72,8 @@ class CorrectiveRAGWorkflow(Workflow):
             anything satisfying the Protocols in `crag.interfaces`.
         upper: some chunk scoring at least this makes the verdict Correct.
         lower: every chunk scoring below this makes it Incorrect; in between, Ambiguous.
+        speculative_rewrite: start the query rewrite alongside grading (default) rather
+            than after an Incorrect or Ambiguous verdict; wasted only on Correct runs.
         **kwargs: passed to `Workflow` (e.g. `timeout`).
     """
 
@@ -82,6 +88,7 @@ class CorrectiveRAGWorkflow(Workflow):
         synthesizer: Synthesizer,
         upper: float = 0.6,
         lower: float = 0.35,
+        speculative_rewrite: bool = True,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("timeout", 300.0)
@@ -96,6 +103,7 @@ class CorrectiveRAGWorkflow(Workflow):
         self.synthesizer = synthesizer
         self.upper = upper
         self.lower = lower
+        self.speculative_rewrite = speculative_rewrite
 
     @step
     async def retrieve(self, ctx: Context[RunState], ev: QueryStartEvent) -> RetrievedEvent:
@@ -106,6 +114,8 @@ class CorrectiveRAGWorkflow(Workflow):
         if len(query) > MAX_QUERY_CHARS:
             raise QueryError(f"The question is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}.")
         await ctx.store.set("query", query)
+        if self.speculative_rewrite:
+            ctx.send_event(RewriteQueryEvent(query=query))
         async with _timed(ctx, "retrieve"):
             chunks = await self.retriever.retrieve(query)
         return RetrievedEvent(query=query, chunks=chunks)
@@ -113,7 +123,7 @@ class CorrectiveRAGWorkflow(Workflow):
     @step
     async def grade(
         self, ctx: Context[RunState], ev: RetrievedEvent
-    ) -> RefineInternalEvent | RewriteQueryEvent:
+    ) -> RefineInternalEvent | WebSearchNeededEvent | RewriteQueryEvent:
         """Score every chunk and decide Correct, Incorrect or Ambiguous."""
         async with _timed(ctx, "grade"):
             grades = await self.grader.grade(ev.query, ev.chunks)
@@ -125,7 +135,9 @@ class CorrectiveRAGWorkflow(Workflow):
             return RefineInternalEvent(query=ev.query, chunks=kept)
         if verdict is Verdict.AMBIGUOUS:
             ctx.send_event(RefineInternalEvent(query=ev.query, chunks=kept))
-        return RewriteQueryEvent(query=ev.query)
+        if not self.speculative_rewrite:
+            ctx.send_event(RewriteQueryEvent(query=ev.query))
+        return WebSearchNeededEvent(query=ev.query)
 
     @step
     async def refine_internal(self, ctx: Context[RunState], ev: RefineInternalEvent) -> InternalKnowledgeEvent:
@@ -135,19 +147,25 @@ class CorrectiveRAGWorkflow(Workflow):
         return InternalKnowledgeEvent(strips=strips)
 
     @step
-    async def rewrite(self, ctx: Context[RunState], ev: RewriteQueryEvent) -> WebSearchEvent:
+    async def rewrite(self, ctx: Context[RunState], ev: RewriteQueryEvent) -> RewrittenQueryEvent:
         """Turn the question into a web search query."""
         async with _timed(ctx, "rewrite"):
             search_query = await self.rewriter.rewrite(ev.query)
         await ctx.store.set("rewritten_query", search_query)
-        return WebSearchEvent(query=ev.query, search_query=search_query)
+        return RewrittenQueryEvent(query=ev.query, search_query=search_query)
 
     @step
-    async def web_search(self, ctx: Context[RunState], ev: WebSearchEvent) -> WebResultsEvent:
-        """Search outside the user's documents."""
+    async def web_search(
+        self, ctx: Context[RunState], ev: RewrittenQueryEvent | WebSearchNeededEvent
+    ) -> WebResultsEvent | None:
+        """Search outside the user's documents, once the verdict asks for it."""
+        ready = ctx.collect_events(ev, [RewrittenQueryEvent, WebSearchNeededEvent])
+        if ready is None:
+            return None
+        rewritten = ready[0]
         async with _timed(ctx, "web_search"):
-            results = await self.searcher.search(ev.search_query)
-        return WebResultsEvent(query=ev.query, results=results)
+            results = await self.searcher.search(rewritten.search_query)
+        return WebResultsEvent(query=rewritten.query, results=results)
 
     @step
     async def refine_web(self, ctx: Context[RunState], ev: WebResultsEvent) -> WebKnowledgeEvent:
@@ -176,7 +194,7 @@ class CorrectiveRAGWorkflow(Workflow):
                 verdict=state.verdict,
                 grades=state.grades,
                 sources=sources,
-                rewritten_query=state.rewritten_query,
+                rewritten_query=state.rewritten_query if state.verdict is not Verdict.CORRECT else None,
                 timings=state.timings,
                 steps=state.steps,
             )
