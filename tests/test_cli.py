@@ -88,3 +88,15 @@ def test_squad_questions_are_answered_from_the_ingested_corpus(capsys: pytest.Ca
             a.lower() in out["answer"].lower() for a in q["answers"]
         )
     assert found >= 12, f"only {found} of 20 answers used the gold passage or contain a gold answer"
+
+
+@pytest.mark.parametrize("fmt, marker", [("html", "<svg"), ("mermaid", "flowchart TD")])
+def test_draw_writes_every_step_without_network_references(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fmt: str, marker: str
+) -> None:
+    out = tmp_path / f"graph.{fmt}"
+    assert main(["draw", "--out", str(out), "--format", fmt]) == 0
+    text = out.read_text()
+    assert marker in text and 'src="http' not in text and 'href="http' not in text
+    for step in ("retrieve", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"):
+        assert step in text

@@ -11,6 +11,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from html import escape
+from inspect import cleandoc
 
 from workflows import Workflow
 from workflows.representation import WorkflowGraph, WorkflowGraphNode, get_workflow_representation
@@ -64,11 +65,6 @@ class Layout:
     height: float
 
 
-def _graph(workflow: Workflow | type[Workflow] | WorkflowGraph) -> WorkflowGraph:
-    # A class works as well as an instance, so drawing needs no index, model or API key.
-    return workflow if isinstance(workflow, WorkflowGraph) else get_workflow_representation(workflow)
-
-
 def _node(n: WorkflowGraphNode) -> Node:
     kind = {"step": "step", "resource": "resource", "resource_config": "resource"}.get(n.node_type)
     tip = getattr(n, "description", None) or getattr(n, "type_name", None) or n.label
@@ -107,7 +103,7 @@ def layout(graph: WorkflowGraph) -> Layout:
 
     for v in (v for v in roots if v not in state):
         dfs(v)
-    dag = [(e.target, e.source) if (e.source, e.target) in back else (e.source, e.target) for e in kept]
+    dag = [(t, s) if (s, t) in back else (s, t) for s, t in ((e.source, e.target) for e in kept)]
     preds, dsucc = defaultdict(list), defaultdict(list)
     for s, t in dag:
         preds[t].append(s)
@@ -141,16 +137,16 @@ def layout(graph: WorkflowGraph) -> Layout:
     rows = _order(rows, up, down)
     x = _place(rows, up, down, width)
     left = min((x[v] - width[v] / 2 for v in x), default=0.0)
-    y = {v: MARGIN + NODE_H / 2 + i * (NODE_H + LAYER_GAP) for i, row in enumerate(rows) for v in row}
+    y = {v: MARGIN + NODE_H / 2 + i * (NODE_H + LAYER_GAP) for i, r in enumerate(rows) for v in r}
     x = {v: x[v] + MARGIN - left for v in x}
     for v, n in nodes.items():
         n.x, n.y = x[v], y[v]
     ports = _ports(nodes, up, down, x)
     edges = []
     for e, (s, t), chain in zip(kept, dag, chains):  # straight through dummy rows, curved between
-        pts = [(x[s] + ports[s, chain[1]], y[s] + NODE_H / 2)]
+        pts = [(x[s] + ports[s, chain[1]].pop(), y[s] + NODE_H / 2)]
         pts += [(x[d], y[d] + dy) for d in chain[1:-1] for dy in (-NODE_H / 2, NODE_H / 2)]
-        pts.append((x[t] + ports[t, chain[-2]], y[t] - NODE_H / 2))
+        pts.append((x[t] + ports[t, chain[-2]].pop(), y[t] - NODE_H / 2))
         rev = (s, t) != (e.source, e.target)
         edges.append(Edge(e.source, e.target, e.label, pts[::-1] if rev else pts, rev))
     layers = [[v for v in row if v in nodes] for row in rows]
@@ -160,13 +156,15 @@ def layout(graph: WorkflowGraph) -> Layout:
 
 
 def _order(rows: list[list[str]], up: dict, down: dict) -> list[list[str]]:
-    """Barycenter sweeps, down then up, to reduce crossings: sort a row by its neighbours' places."""
+    """Barycenter sweeps, down then up: sort each row by its neighbours' mean place."""
     for sweep in range(6):
         downwards = sweep % 2 == 0
         for i in range(1, len(rows)) if downwards else range(len(rows) - 2, -1, -1):
             ref, nbrs = (rows[i - 1], up) if downwards else (rows[i + 1], down)
-            pos, cur = {v: k for k, v in enumerate(ref)}, {v: k for k, v in enumerate(rows[i])}
-            rows[i].sort(key=lambda v: sum(map(pos.get, nbrs[v])) / len(nbrs[v]) if nbrs[v] else cur[v])
+            pos = {v: k for k, v in enumerate(ref)}
+            key = {v: sum(map(pos.get, nbrs[v])) / len(nbrs[v]) if nbrs[v] else k
+                   for k, v in enumerate(rows[i])}  # a node with no neighbours there stays put
+            rows[i].sort(key=key.get)
     return rows
 
 
@@ -179,7 +177,6 @@ def _place(rows: list[list[str]], up: dict, down: dict, width: dict) -> dict[str
     for row in rows:
         for k, v in enumerate(row):
             x[v] = x[row[k - 1]] + sep(row[k - 1], v) if k else 0.0
-
     # Sweeps that end downwards leave each node under the mean of its parents,
     # so chains run straight down and a long edge stays one vertical line.
     for sweep in range(7):
@@ -195,23 +192,28 @@ def _place(rows: list[list[str]], up: dict, down: dict, width: dict) -> dict[str
     return x
 
 
-def _ports(nodes: dict[str, Node], up: dict, down: dict, x: dict) -> dict[tuple[str, str], float]:
+def _ports(nodes: dict[str, Node], up: dict, down: dict, x: dict) -> dict[tuple[str, str], list]:
     """Spread a box's edges over its flat top or bottom instead of meeting in one point."""
-    ports = {}
+    ports: dict[tuple[str, str], list[float]] = defaultdict(list)  # a list: edges may be parallel
     for v, n in nodes.items():
         for nbrs in (up[v], down[v]):
             gap = min(18.0, max(n.w - NODE_H, 0.0) / max(len(nbrs) - 1, 1))
             for k, u in enumerate(sorted(nbrs, key=x.get)):
-                ports[v, u] = (k - (len(nbrs) - 1) / 2) * gap
+                ports[v, u].append((k - (len(nbrs) - 1) / 2) * gap)
     return ports
 
 
 def _box(kind: str, x: float, y: float, w: float, h: float) -> str:
     fill, stroke, _, _ = STYLE[kind]
-    attrs = f'rx="{h / 2 if kind in PILLS else 7:.1f}" fill="{fill}" stroke="{stroke}"'
-    attrs += ' stroke-width="2.5"' if kind in ("start", "stop") else ' stroke-width="1.5"'
-    attrs += ' stroke-dasharray="4 3"' if kind == "external" else ""
-    return f'<rect x="{x - w / 2:.1f}" y="{y - h / 2:.1f}" width="{w:.1f}" height="{h:.1f}" {attrs}/>'
+    rx, line = (h / 2 if kind in PILLS else 7), (2.5 if kind in ("start", "stop") else 1.5)
+    dash = ' stroke-dasharray="4 3"' if kind == "external" else ""
+    return (f'<rect x="{x - w / 2:.1f}" y="{y - h / 2:.1f}" width="{w:.1f}" height="{h:.1f}" '
+            f'rx="{rx:.1f}" fill="{fill}" stroke="{stroke}" stroke-width="{line}"{dash}/>')
+
+
+def _text(x: float, y: float, text: str, **attrs: str) -> str:
+    extra = "".join(f' {k.replace("_", "-")}="{v}"' for k, v in attrs.items())
+    return f'<text x="{x:.1f}" y="{y:.1f}" dominant-baseline="central"{extra}>{escape(text)}</text>'
 
 
 def _path(pts: list[tuple[float, float]]) -> str:
@@ -225,53 +227,54 @@ def _path(pts: list[tuple[float, float]]) -> str:
 
 def svg(lay: Layout) -> str:
     """The layout as one standalone SVG element (valid XML), with a legend on top."""
-    text = 'dominant-baseline="central"'
     parts, lx = [], MARGIN
     for kind, (*_, caption) in STYLE.items():  # legend: only the kinds this graph has
         if any(n.kind == kind for n in lay.nodes.values()):
-            parts.append(f'{_box(kind, lx + 16, MARGIN, 32, 16)}<text x="{lx + 40}" y="{MARGIN}" '
-                         f'{text} font-family="system-ui, sans-serif" fill="#334155">{caption}</text>')
+            parts += [_box(kind, lx + 16, MARGIN, 32, 16), _text(lx + 40, MARGIN, caption,
+                      font_family="system-ui, sans-serif", fill="#334155")]
             lx += 56 + 7 * len(caption)
     parts.append(f'<g transform="translate(0 {LEGEND_H})">')
-    for e in lay.edges:
+    for e in lay.edges:  # edges first, so boxes sit on top of arrow ends
         dash = ' stroke-dasharray="6 4"' if e.back else ""
         parts.append(f'<path d="{_path(e.points)}" fill="none" stroke="#64748b" stroke-width="1.6"'
                      f'{dash} marker-end="url(#arrow)"/>')
-        if e.label:  # white halo keeps the label readable where it crosses a line
-            mx, my = (sum(p[i] for p in (e.points[0], e.points[-1])) / 2 for i in (0, 1))
-            parts.append(f'<text x="{mx + 5:.1f}" y="{my:.1f}" {text} font-size="11" fill="#475569" '
-                         f'stroke="#fff" stroke-width="3" paint-order="stroke">{escape(e.label)}</text>')
+        if e.label:  # a white halo keeps the label readable where it crosses a line
+            (x0, y0), (x1, y1) = e.points[0], e.points[-1]
+            halo = {"stroke": "#fff", "stroke_width": "3", "paint_order": "stroke"}
+            parts.append(_text((x0 + x1) / 2 + 5, (y0 + y1) / 2, e.label, font_size="11",
+                               fill="#475569", **halo))
     for n in lay.nodes.values():
-        bold = ' font-weight="bold"' if n.kind == "step" else ""
+        label = _text(n.x, n.y, n.label, text_anchor="middle", fill=STYLE[n.kind][2],
+                      font_weight="bold" if n.kind == "step" else "normal")
         parts.append(f'<g class="node {n.kind}"><title>{escape(n.tip)}</title>'
-                     f'{_box(n.kind, n.x, n.y, n.w, NODE_H)}<text x="{n.x:.1f}" y="{n.y:.1f}" {text} '
-                     f'text-anchor="middle" fill="{STYLE[n.kind][2]}"{bold}>{escape(n.label)}</text></g>')
+                     f'{_box(n.kind, n.x, n.y, n.w, NODE_H)}{label}</g>')
     w, h = max(lay.width, lx + MARGIN), lay.height + LEGEND_H
-    return "\n".join([
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:.0f} {h:.0f}" width="{w:.0f}" '
-        f'height="{h:.0f}" font-family="{MONO}" font-size="{FONT}" role="img" aria-label="{escape(lay.name)}">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="9" markerHeight="9"'
-        ' markerUnits="userSpaceOnUse" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#475569"/></marker></defs>',
-        *parts, "</g></svg>"])
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:.0f} {h:.0f}" '
+            f'width="{w:.0f}" height="{h:.0f}" font-family="{MONO}" font-size="{FONT}">'
+            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="9" '
+            'markerHeight="9" markerUnits="userSpaceOnUse" orient="auto">'
+            '<path d="M0,0 L10,5 L0,10 z" fill="#475569"/></marker></defs>')
+    return "\n".join([head, *parts, "</g></svg>"])
 
 
 def graph_html(workflow: Workflow | type[Workflow], *, title: str = "crag workflow") -> str:
-    """A complete offline HTML page drawing every step and event of `workflow` (class or instance)."""
-    lay = layout(_graph(workflow))
+    """A complete offline HTML page drawing every step and event of a workflow class or instance."""
+    lay = layout(get_workflow_representation(workflow))  # a class will do: no index or model
     kinds = [n.kind for n in lay.nodes.values()]
-    about = escape((lay.description or "").split("\n\n")[0])
-    counts = f"{kinds.count('step')} steps, {sum(map(PILLS.__contains__, kinds))} events"
+    cls = workflow if isinstance(workflow, type) else type(workflow)
+    about = escape(cleandoc(cls.__doc__ or "").split("\n\n")[0])  # its own, not Workflow's
+    about = f" — {about}" if about else ""
+    steps, events = kinds.count("step"), sum(k in PILLS for k in kinds)
+    counts = f"{steps} step{'s' * (steps != 1)}, {events} event{'s' * (events != 1)}"
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
-<title>{escape(title)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
 <style>
 body {{ margin: 24px; font-family: system-ui, sans-serif; color: #0f172a; background: #fff; }}
 h1 {{ font-size: 20px; margin: 0 0 4px; }} p {{ margin: 0 0 8px; color: #475569; }}
 svg {{ max-width: 100%; height: auto; }} .node:hover rect {{ filter: brightness(0.92); }}
 </style></head>
-<body><h1>{escape(title)}</h1>
-<p><code>{escape(lay.name)}</code> — {about}</p>
-<p><small>{counts}; hover a node for its description, an event for its fields.</small></p>
+<body><h1>{escape(title)}</h1><p><code>{escape(lay.name)}</code>{about}</p>
+<p><small>{counts}. Hover a step for what it does, an event for its fields.</small></p>
 {svg(lay)}
 </body></html>
 """
@@ -279,11 +282,12 @@ svg {{ max-width: 100%; height: auto; }} .node:hover rect {{ filter: brightness(
 
 def mermaid(workflow: Workflow | type[Workflow]) -> str:
     """Mermaid `flowchart TD` text of the same graph: one `-->` line per edge, read top down."""
-    graph = _graph(workflow)
+    graph = get_workflow_representation(workflow)
     rank = {v: i for i, v in enumerate(v for row in layout(graph).layers for v in row)}
     # Prefixed ids: a step and an event may share a name, and none is a keyword like `end`.
     prefix = {"step": "step_", "event": "ev_"}
-    ids = {n.id: prefix.get(n.node_type, "n_") + re.sub(r"\W", "_", n.id, flags=re.A) for n in graph.nodes}
+    ids = {n.id: prefix.get(n.node_type, "n_") + re.sub(r"\W", "_", n.id, flags=re.A)
+           for n in graph.nodes}
     shape = {"step": '["{}"]', "resource": '[("{}")]', "external": '[/"{}"/]'}
     lines, kinds = ["flowchart TD"], {}
     for n in sorted(graph.nodes, key=lambda n: rank[n.id]):
@@ -292,7 +296,8 @@ def mermaid(workflow: Workflow | type[Workflow]) -> str:
         box = shape.get(kind, '(["{}"])').format(n.label.replace('"', "#quot;"))  # events: pills
         lines.append(f"    {ids[n.id]}{box}:::{kind}")
     for e in sorted(graph.edges, key=lambda e: (rank.get(e.source, -1), rank.get(e.target, -1))):
-        arrow = f'-->|"{e.label}"|' if e.label else "-->"
+        arrow = f'-->|"{e.label.replace(chr(34), "#quot;")}"|' if e.label else "-->"
         lines.append(f"    {ids.get(e.source, e.source)} {arrow} {ids.get(e.target, e.target)}")
-    lines += [f"    classDef {k} fill:{f},stroke:{s},color:{c}" for k, (f, s, c, _) in kinds.items()]
+    lines += [f"    classDef {k} fill:{f},stroke:{s},color:{c}"
+              for k, (f, s, c, _) in kinds.items()]
     return "\n".join(lines) + "\n"

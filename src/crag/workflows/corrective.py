@@ -106,7 +106,9 @@ class CorrectiveRAGWorkflow(Workflow):
         self.speculative_rewrite = speculative_rewrite
 
     @step
-    async def retrieve(self, ctx: Context[RunState], ev: QueryStartEvent) -> RetrievedEvent:
+    async def retrieve(
+        self, ctx: Context[RunState], ev: QueryStartEvent
+    ) -> RetrievedEvent | RewriteQueryEvent:
         """Find candidate chunks in the user's documents."""
         query = " ".join(ev.query.split())
         if not query:
