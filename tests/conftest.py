@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ.pop("OPENAI_API_KEY", None)
-os.environ.pop("TAVILY_API_KEY", None)
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"  # loopback servers
+for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_PROJECT",
+              "TAVILY_HTTP_PROXY", "TAVILY_HTTPS_PROXY"):
+    os.environ.pop(_name, None)
 
 import crag  # noqa: E402
 from crag import ChunkIndex, Settings, ingest  # noqa: E402

@@ -42,17 +42,8 @@ DOCS = {
 # --- fixtures and helpers --------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", autouse=True)
-def offline_env():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
-        mp.setenv("no_proxy", "127.0.0.1,localhost")
-        yield
-
-
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, offline_env) -> Path:
+def index_dir(tmp_path_factory) -> Path:
     """A four-chunk index: one chunk per hand-written file."""
     root = tmp_path_factory.mktemp("openai")
     docs = root / "docs"

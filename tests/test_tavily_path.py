@@ -28,19 +28,8 @@ SALVATOR = tavily_result("Salvator Mundi", "https://en.wikipedia.org/wiki/Salvat
                          "Salvator Mundi is a painting attributed to Leonardo.", score=0.42)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def offline_env():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
-        mp.setenv("no_proxy", "127.0.0.1,localhost")
-        for name in ("TAVILY_API_KEY", "TAVILY_PROJECT", "TAVILY_HTTP_PROXY", "TAVILY_HTTPS_PROXY"):
-            mp.delenv(name, raising=False)
-        yield
-
-
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory, offline_env) -> Path:
+def index_dir(tmp_path_factory) -> Path:
     """A small index about a drone: nothing in it is about paintings."""
     root = tmp_path_factory.mktemp("tavily")
     docs = root / "docs"
