@@ -375,3 +375,17 @@ def test_grade_parse_error_is_a_crag_error_that_quotes_the_reply():
 def test_parse_grade_rejects_negative_numbers():
     with pytest.raises(crag.GradeParseError):
         parse_grade("-3")
+
+
+def test_the_trace_counts_every_model_call_and_its_tokens(correct_run):
+    server, result, _ = correct_run
+    calls = {s.name: s.llm_calls for s in result.trace.steps}
+    assert calls == {"retrieve": 0, "rewrite": 1, "grade": len(DOCS), "refine_internal": 0, "synthesize": 1}
+    assert result.trace.llm_calls == len(server.requests)
+    # The server counts one token per word of the prompt and of the reply (loopback.py).
+    expected = 0
+    for request in server.requests:
+        prompt = message_text(request)
+        reply = grading_reply(prompt) if is_grading(prompt) else "It lasts 42 minutes [1]."
+        expected += max(1, len(prompt.split())) + max(1, len(reply.split()))
+    assert result.trace.tokens == expected

@@ -9,6 +9,8 @@ from llama_index.core.schema import NodeWithScore
 from pydantic import BaseModel, Field
 from workflows.events import Event, StartEvent
 
+from crag.trace import RunTrace, StepRecord
+
 
 class Verdict(str, Enum):
     """The CRAG paper's three retrieval verdicts."""
@@ -62,6 +64,7 @@ class CragResult(BaseModel):
     rewritten_query: str | None = None
     timings: dict[str, float] = Field(default_factory=dict, description="Seconds per step.")
     steps: list[str] = Field(default_factory=list, description="Steps that ran, in finishing order.")
+    trace: RunTrace = Field(default_factory=RunTrace, description="The run's path, times and calls.")
 
 
 class QueryStartEvent(StartEvent):
@@ -118,4 +121,4 @@ class StepProgressEvent(Event):
     step: str
     status: Literal["started", "finished"]
     seconds: float | None = None
-    detail: str | None = None
+    record: StepRecord | None = Field(default=None, description="The finished step's trace record.")

@@ -15,6 +15,7 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
 )
 from llama_index.core.llms import CustomLLM
+from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.schema import NodeWithScore
 from pydantic import Field, PrivateAttr
 
@@ -58,10 +59,14 @@ class FakeLLM(CustomLLM):
         await asyncio.sleep(self.latency)
         return CompletionResponse(text=self._answer(prompt))
 
+    # The callback decorator emits llama-index's instrumentation events, as real LLMs do,
+    # so crag's run trace counts calls to the fake too.
+    @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         text = self.complete(_prompt(messages)).text
         return ChatResponse(message=ChatMessage(role="assistant", content=text))
 
+    @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         text = (await self.acomplete(_prompt(messages))).text
         return ChatResponse(message=ChatMessage(role="assistant", content=text))

@@ -41,6 +41,7 @@ from crag.events import (
 )
 from crag.interfaces import Grader, QueryRewriter, Refiner, Retriever, Synthesizer, WebSearch
 from crag.steps.grading import decide_verdict
+from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
 
 MAX_QUERY_CHARS = 4000
 T = TypeVar("T")
@@ -60,8 +61,8 @@ class RunState(BaseModel):
     verdict: Verdict | None = None
     grades: list[Grade] = Field(default_factory=list)
     rewritten_query: str | None = None
-    timings: dict[str, float] = Field(default_factory=dict)
-    steps: list[str] = Field(default_factory=list)
+    started: float = 0.0
+    records: list[StepRecord] = Field(default_factory=list)
 
 
 class CorrectiveRAGWorkflow(Workflow):
@@ -104,6 +105,7 @@ class CorrectiveRAGWorkflow(Workflow):
         self.upper = upper
         self.lower = lower
         self.speculative_rewrite = speculative_rewrite
+        install_llm_call_counter()
 
     @step
     async def retrieve(
@@ -115,46 +117,47 @@ class CorrectiveRAGWorkflow(Workflow):
             raise QueryError("The question is empty; ask something.")
         if len(query) > MAX_QUERY_CHARS:
             raise QueryError(f"The question is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}.")
-        await ctx.store.set("query", query)
-        if self.speculative_rewrite:
-            ctx.send_event(RewriteQueryEvent(query=query))
-        async with _timed(ctx, "retrieve"):
+        async with ctx.store.edit_state() as state:
+            state.query, state.started = query, perf_counter()
+        async with _recording(ctx, "retrieve", ev) as record:
+            if self.speculative_rewrite:
+                ctx.send_event(record.emit(RewriteQueryEvent(query=query)))
             chunks = await self.retriever.retrieve(query)
-        return RetrievedEvent(query=query, chunks=chunks)
+            return record.emit(RetrievedEvent(query=query, chunks=chunks))
 
     @step
     async def grade(
         self, ctx: Context[RunState], ev: RetrievedEvent
     ) -> RefineInternalEvent | WebSearchNeededEvent | RewriteQueryEvent:
         """Score every chunk and decide Correct, Incorrect or Ambiguous."""
-        async with _timed(ctx, "grade"):
+        async with _recording(ctx, "grade", ev) as record:
             grades = await self.grader.grade(ev.query, ev.chunks)
-        verdict = decide_verdict(grades, self.upper, self.lower)
-        async with ctx.store.edit_state() as state:
-            state.grades, state.verdict = list(grades), verdict
-        kept = [c for c, g in zip(ev.chunks, grades) if g.score >= self.lower]
-        if verdict is Verdict.CORRECT:
-            return RefineInternalEvent(query=ev.query, chunks=kept)
-        if verdict is Verdict.AMBIGUOUS:
-            ctx.send_event(RefineInternalEvent(query=ev.query, chunks=kept))
-        if not self.speculative_rewrite:
-            ctx.send_event(RewriteQueryEvent(query=ev.query))
-        return WebSearchNeededEvent(query=ev.query)
+            verdict = decide_verdict(grades, self.upper, self.lower)
+            async with ctx.store.edit_state() as state:
+                state.grades, state.verdict = list(grades), verdict
+            kept = [c for c, g in zip(ev.chunks, grades) if g.score >= self.lower]
+            if verdict is Verdict.CORRECT:
+                return record.emit(RefineInternalEvent(query=ev.query, chunks=kept))
+            if verdict is Verdict.AMBIGUOUS:
+                ctx.send_event(record.emit(RefineInternalEvent(query=ev.query, chunks=kept)))
+            if not self.speculative_rewrite:
+                ctx.send_event(record.emit(RewriteQueryEvent(query=ev.query)))
+            return record.emit(WebSearchNeededEvent(query=ev.query))
 
     @step
     async def refine_internal(self, ctx: Context[RunState], ev: RefineInternalEvent) -> InternalKnowledgeEvent:
         """Keep the relevant strips of the kept internal chunks."""
-        async with _timed(ctx, "refine_internal"):
+        async with _recording(ctx, "refine_internal", ev) as record:
             strips = await self.refiner.refine(ev.query, ev.chunks)
-        return InternalKnowledgeEvent(strips=strips)
+            return record.emit(InternalKnowledgeEvent(strips=strips))
 
     @step
     async def rewrite(self, ctx: Context[RunState], ev: RewriteQueryEvent) -> RewrittenQueryEvent:
         """Turn the question into a web search query."""
-        async with _timed(ctx, "rewrite"):
+        async with _recording(ctx, "rewrite", ev) as record:
             search_query = await self.rewriter.rewrite(ev.query)
-        await ctx.store.set("rewritten_query", search_query)
-        return RewrittenQueryEvent(query=ev.query, search_query=search_query)
+            await ctx.store.set("rewritten_query", search_query)
+            return record.emit(RewrittenQueryEvent(query=ev.query, search_query=search_query))
 
     @step
     async def web_search(
@@ -165,16 +168,17 @@ class CorrectiveRAGWorkflow(Workflow):
         if ready is None:
             return None
         rewritten = ready[0]
-        async with _timed(ctx, "web_search"):
+        async with _recording(ctx, "web_search", ev) as record:
+            record.search_calls += 1
             results = await self.searcher.search(rewritten.search_query)
-        return WebResultsEvent(query=rewritten.query, results=results)
+            return record.emit(WebResultsEvent(query=rewritten.query, results=results))
 
     @step
     async def refine_web(self, ctx: Context[RunState], ev: WebResultsEvent) -> WebKnowledgeEvent:
         """Keep the relevant strips of the web results."""
-        async with _timed(ctx, "refine_web"):
+        async with _recording(ctx, "refine_web", ev) as record:
             strips = await self.refiner.refine(ev.query, ev.results)
-        return WebKnowledgeEvent(strips=strips)
+            return record.emit(WebKnowledgeEvent(strips=strips))
 
     @step
     async def synthesize(
@@ -186,9 +190,16 @@ class CorrectiveRAGWorkflow(Workflow):
         if ready is None:
             return None
         strips = [s for knowledge in ready for s in knowledge.strips]
-        async with _timed(ctx, "synthesize"):
+        async with _recording(ctx, "synthesize", ev) as record:
             answer, sources = await self.synthesizer.synthesize(state.query, strips)
+            record.output_events.append(StopEvent.__name__)
         state = await ctx.store.get_state()
+        trace = RunTrace(
+            query=state.query,
+            verdict=state.verdict.value,
+            seconds=perf_counter() - state.started,
+            steps=sorted(state.records, key=lambda r: r.started),
+        )
         return StopEvent(
             result=CragResult(
                 query=state.query,
@@ -197,8 +208,9 @@ class CorrectiveRAGWorkflow(Workflow):
                 grades=state.grades,
                 sources=sources,
                 rewritten_query=state.rewritten_query if state.verdict is not Verdict.CORRECT else None,
-                timings=state.timings,
-                steps=state.steps,
+                timings={r.name: round(r.seconds, 6) for r in trace.steps},
+                steps=trace.step_names(),
+                trace=trace,
             )
         )
 
@@ -208,16 +220,28 @@ class CorrectiveRAGWorkflow(Workflow):
 
 
 @asynccontextmanager
-async def _timed(ctx: Context[RunState], name: str) -> AsyncIterator[None]:
-    """Announce the step on the event stream and record its duration in the run state."""
+async def _recording(ctx: Context[RunState], name: str, ev: Any) -> AsyncIterator[StepRecord]:
+    """Record the step's work in the run's trace, and announce it on the event stream.
+
+    LLM calls made inside the block are counted on the record; the block marks the
+    events it emits with `record.emit(event)`.
+    """
     ctx.write_event_to_stream(StepProgressEvent(step=name, status="started"))
-    started = perf_counter()
-    yield
-    seconds = perf_counter() - started
-    async with ctx.store.edit_state() as state:
-        state.timings[name] = round(seconds, 6)
-        state.steps.append(name)
-    ctx.write_event_to_stream(StepProgressEvent(step=name, status="finished", seconds=seconds))
+    started = await ctx.store.get("started")
+    record = StepRecord(name=name, input_event=type(ev).__name__, started=perf_counter() - started)
+    try:
+        with attributing_calls_to(record):
+            yield record
+    except Exception as exc:
+        record.error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        record.ended = perf_counter() - started
+        async with ctx.store.edit_state() as state:
+            state.records.append(record)
+        ctx.write_event_to_stream(
+            StepProgressEvent(step=name, status="finished", seconds=record.seconds, record=record)
+        )
 
 
 def run_sync(start: Callable[[], Awaitable[T]]) -> T:

@@ -1,0 +1,125 @@
+"""What one run did: which steps ran, when, with which events, and the model and search calls.
+
+Every `CragResult` carries a `RunTrace`; `crag ask --trace FILE.json` saves it and
+`crag draw --trace FILE.json` draws it on the workflow's graph.
+
+LLM calls are counted through llama-index's instrumentation (every LLM emits
+`LLMChatEndEvent`), attributed to the step that made them by a context variable that
+each step sets while it runs; asyncio tasks inherit it, so concurrent calls count too.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TypeVar
+
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMCompletionEndEvent
+from pydantic import BaseModel, Field
+
+
+E = TypeVar("E")
+
+
+class StepRecord(BaseModel):
+    """One step's work in a run; times are seconds since the run started."""
+
+    name: str
+    input_event: str
+    output_events: list[str] = Field(default_factory=list)
+    started: float
+    ended: float = 0.0
+    llm_calls: int = 0
+    search_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.ended - self.started)
+
+    def emit(self, event: E) -> E:
+        """Note that this step emits `event`, and return it."""
+        self.output_events.append(type(event).__name__)
+        return event
+
+
+class RunTrace(BaseModel):
+    """The path one run took through the workflow."""
+
+    query: str = ""
+    verdict: str | None = None
+    started_at: datetime = Field(default_factory=datetime.now)
+    seconds: float = 0.0
+    steps: list[StepRecord] = Field(default_factory=list)
+
+    @property
+    def llm_calls(self) -> int:
+        return sum(s.llm_calls for s in self.steps)
+
+    @property
+    def search_calls(self) -> int:
+        return sum(s.search_calls for s in self.steps)
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.prompt_tokens + s.completion_tokens for s in self.steps)
+
+    def step_names(self) -> list[str]:
+        """Steps that did their work, in the order they finished."""
+        return [s.name for s in sorted(self.steps, key=lambda s: s.ended)]
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "verdict": self.verdict,
+            "seconds": round(self.seconds, 4),
+            "steps": self.step_names(),
+            "llm_calls": self.llm_calls,
+            "search_calls": self.search_calls,
+            "tokens": self.tokens,
+        }
+
+
+_current_step: contextvars.ContextVar[StepRecord | None] = contextvars.ContextVar(
+    "crag_current_step", default=None
+)
+
+
+@contextmanager
+def attributing_calls_to(record: StepRecord) -> Iterator[StepRecord]:
+    """LLM calls made inside this block (and tasks it starts) are counted on `record`."""
+    token = _current_step.set(record)
+    try:
+        yield record
+    finally:
+        _current_step.reset(token)
+
+
+class _LLMCallCounter(BaseEventHandler):
+    """Counts finished LLM calls, and their tokens, on the step that made them."""
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "CragLLMCallCounter"
+
+    def handle(self, event: BaseEvent, **kwargs: object) -> None:
+        record = _current_step.get()
+        if record is None or not isinstance(event, LLMChatEndEvent | LLMCompletionEndEvent):
+            return
+        record.llm_calls += 1
+        usage = getattr(event.response, "additional_kwargs", None) or {}
+        record.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        record.completion_tokens += int(usage.get("completion_tokens") or 0)
+
+
+def install_llm_call_counter() -> None:
+    """Register the counter on llama-index's root dispatcher, once per process."""
+    root = get_dispatcher()
+    if not any(isinstance(h, _LLMCallCounter) for h in root.event_handlers):
+        root.add_event_handler(_LLMCallCounter())
