@@ -73,6 +73,8 @@ class WebSearchSettings(_Section):
     top_k: int = Field(3, gt=0)
     api_key: SecretStr | None = None
     base_url: str | None = None
+    timeout: float = Field(20.0, gt=0, description="Seconds per search attempt.")
+    max_retries: int = Field(2, ge=0, description="Attempts after the first (429, 5xx, resets).")
 
 
 class SynthesizerSettings(_Section):

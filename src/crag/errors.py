@@ -8,7 +8,8 @@ Every message says what failed and what to do about it.
     ├── IndexNotFoundError   no index where one was expected
     ├── IngestError          a file could not be read or indexed
     ├── GradeParseError      a model's grade could not be parsed
-    └── SearchError          the web search failed
+    ├── SearchError          the web search failed
+    └── StepError            a component failed inside a workflow step, with no fallback
 """
 
 from __future__ import annotations
@@ -40,3 +41,11 @@ class GradeParseError(CragError):
 
 class SearchError(CragError):
     """The web search component failed."""
+
+
+class StepError(CragError):
+    """A component raised inside a workflow step and nothing could stand in for it."""
+
+    def __init__(self, step: str, cause: BaseException) -> None:
+        super().__init__(f"step '{step}' failed: {type(cause).__name__}: {cause}")
+        self.step = step

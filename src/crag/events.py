@@ -65,6 +65,9 @@ class CragResult(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict, description="Seconds per step.")
     steps: list[str] = Field(default_factory=list, description="Steps that ran, in finishing order.")
     trace: RunTrace = Field(default_factory=RunTrace, description="The run's path, times and calls.")
+    degraded: list[str] = Field(
+        default_factory=list, description="Failures worked around in this run (empty when none)."
+    )
 
 
 class QueryStartEvent(StartEvent):

@@ -94,7 +94,13 @@ def _web_search(settings: Settings) -> WebSearch:
     if kind == "tavily":
         if not web.api_key:
             raise ConfigError("web_search.kind is 'tavily' but TAVILY_API_KEY is not set.")
-        return TavilySearch(web.api_key.get_secret_value(), base_url=web.base_url, top_k=web.top_k)
+        return TavilySearch(
+            web.api_key.get_secret_value(),
+            base_url=web.base_url,
+            top_k=web.top_k,
+            timeout=web.timeout,
+            max_retries=web.max_retries,
+        )
     if kind == "local":
         if not web.corpus:
             raise ConfigError("web_search.kind is 'local' but no corpus is set (--web-corpus PATH).")

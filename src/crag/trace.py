@@ -39,6 +39,7 @@ class StepRecord(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    degraded: str | None = None
 
     @property
     def seconds(self) -> float:
@@ -71,6 +72,11 @@ class RunTrace(BaseModel):
     def tokens(self) -> int:
         return sum(s.prompt_tokens + s.completion_tokens for s in self.steps)
 
+    @property
+    def degraded(self) -> list[str]:
+        """What went wrong but was worked around, one line per affected step."""
+        return [f"{s.name}: {s.degraded}" for s in self.steps if s.degraded]
+
     def step_names(self) -> list[str]:
         """Steps that did their work, in the order they finished."""
         return [s.name for s in sorted(self.steps, key=lambda s: s.ended)]
@@ -83,6 +89,7 @@ class RunTrace(BaseModel):
             "llm_calls": self.llm_calls,
             "search_calls": self.search_calls,
             "tokens": self.tokens,
+            "degraded": self.degraded,
         }
 
 

@@ -56,21 +56,38 @@ class LocalCorpusSearch:
 class TavilySearch:
     """Tavily's search API through llama-index-tools-tavily-research.
 
-    The tool's client is synchronous, so it runs in a worker thread and never blocks the loop.
+    The tool's client is synchronous (requests), so it runs in a worker thread and never
+    blocks the event loop. Its HTTP session retries 429s and 5xx answers with exponential
+    backoff and jitter, honouring `Retry-After` (urllib3's `Retry`), and bounds every
+    attempt with `timeout`.
 
     Args:
         api_key: the Tavily key.
         base_url: another endpoint speaking Tavily's API (a proxy, or a test server).
         top_k: results returned.
+        timeout: seconds per HTTP attempt (connect and read).
+        max_retries: attempts after the first, for 429, 5xx and dropped connections.
+        backoff: base of the exponential backoff, in seconds.
     """
 
-    def __init__(self, api_key: str, *, base_url: str | None = None, top_k: int = 3) -> None:
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        base_url: str | None = None,
+        top_k: int = 3,
+        timeout: float = 20.0,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+    ) -> None:
         from llama_index.tools.tavily_research import TavilyToolSpec
         from tavily import TavilyClient
 
         self.tool = TavilyToolSpec(api_key=api_key)
-        if base_url:
-            self.tool.client = TavilyClient(api_key=api_key, api_base_url=base_url.rstrip("/"))
+        session = _retrying_session(timeout=timeout, max_retries=max_retries, backoff=backoff)
+        self.tool.client = TavilyClient(
+            api_key=api_key, api_base_url=base_url.rstrip("/") if base_url else None, session=session
+        )
         self.top_k = top_k
 
     async def search(self, query: str) -> list[NodeWithScore]:
@@ -89,3 +106,30 @@ class TavilySearch:
             )
             for i, doc in enumerate(documents)
         ]
+
+
+def _retrying_session(*, timeout: float, max_retries: int, backoff: float):  # noqa: ANN202
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    class _TimeoutAdapter(HTTPAdapter):
+        def send(self, request, **kwargs):  # noqa: ANN001, ANN003, ANN202
+            kwargs["timeout"] = min(kwargs.get("timeout") or timeout, timeout)
+            return super().send(request, **kwargs)
+
+    retry = Retry(
+        total=max_retries,
+        backoff_factor=backoff,
+        backoff_jitter=backoff,
+        backoff_max=30.0,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=None,  # Tavily searches are POSTs, and safe to repeat
+        respect_retry_after_header=True,
+        raise_on_status=False,  # the last answer reaches the client, which names the error
+    )
+    session = requests.Session()
+    adapter = _TimeoutAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session

@@ -19,11 +19,12 @@ from contextlib import asynccontextmanager
 from time import perf_counter
 from typing import Any, TypeVar
 
+from llama_index.core.schema import NodeWithScore
 from pydantic import BaseModel, Field
 from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 
-from crag.errors import ConfigError, QueryError
+from crag.errors import ConfigError, CragError, QueryError, StepError
 from crag.events import (
     CragResult,
     Grade,
@@ -41,6 +42,8 @@ from crag.events import (
 )
 from crag.interfaces import Grader, QueryRewriter, Refiner, Retriever, Synthesizer, WebSearch
 from crag.steps.grading import decide_verdict
+from crag.steps.rewriting import KeywordRewriter
+from crag.steps.synthesis import ExtractiveSynthesizer
 from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
 
 MAX_QUERY_CHARS = 4000
@@ -61,6 +64,7 @@ class RunState(BaseModel):
     verdict: Verdict | None = None
     grades: list[Grade] = Field(default_factory=list)
     rewritten_query: str | None = None
+    retrieved: list[NodeWithScore] = Field(default_factory=list)
     started: float = 0.0
     records: list[StepRecord] = Field(default_factory=list)
 
@@ -75,6 +79,10 @@ class CorrectiveRAGWorkflow(Workflow):
         lower: every chunk scoring below this makes it Incorrect; in between, Ambiguous.
         speculative_rewrite: start the query rewrite alongside grading (default) rather
             than after an Incorrect or Ambiguous verdict; wasted only on Correct runs.
+        fallback_rewriter, fallback_synthesizer: stand in when the rewriter or synthesizer
+            fails (an LLM that is down), so the run still answers; the result's
+            `degraded` list says so. Default: the offline keyword rewriter and extractive
+            synthesizer.
         **kwargs: passed to `Workflow` (e.g. `timeout`).
     """
 
@@ -90,6 +98,8 @@ class CorrectiveRAGWorkflow(Workflow):
         upper: float = 0.6,
         lower: float = 0.35,
         speculative_rewrite: bool = True,
+        fallback_rewriter: QueryRewriter | None = None,
+        fallback_synthesizer: Synthesizer | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("timeout", 300.0)
@@ -105,6 +115,8 @@ class CorrectiveRAGWorkflow(Workflow):
         self.upper = upper
         self.lower = lower
         self.speculative_rewrite = speculative_rewrite
+        self.fallback_rewriter = fallback_rewriter or KeywordRewriter()
+        self.fallback_synthesizer = fallback_synthesizer or ExtractiveSynthesizer()
         install_llm_call_counter()
 
     @step
@@ -134,7 +146,10 @@ class CorrectiveRAGWorkflow(Workflow):
             grades = await self.grader.grade(ev.query, ev.chunks)
             verdict = decide_verdict(grades, self.upper, self.lower)
             async with ctx.store.edit_state() as state:
-                state.grades, state.verdict = list(grades), verdict
+                state.grades, state.verdict, state.retrieved = list(grades), verdict, list(ev.chunks)
+            fallbacks = [g for g in grades if g.note]
+            if fallbacks:
+                record.degraded = f"{len(fallbacks)} of {len(grades)} grades by a fallback ({fallbacks[0].note})"
             kept = [c for c, g in zip(ev.chunks, grades) if g.score >= self.lower]
             if verdict is Verdict.CORRECT:
                 return record.emit(RefineInternalEvent(query=ev.query, chunks=kept))
@@ -155,7 +170,11 @@ class CorrectiveRAGWorkflow(Workflow):
     async def rewrite(self, ctx: Context[RunState], ev: RewriteQueryEvent) -> RewrittenQueryEvent:
         """Turn the question into a web search query."""
         async with _recording(ctx, "rewrite", ev) as record:
-            search_query = await self.rewriter.rewrite(ev.query)
+            try:
+                search_query = await self.rewriter.rewrite(ev.query)
+            except Exception as exc:  # noqa: BLE001 - any rewriter failure has the same remedy
+                record.degraded = f"rewriter failed ({_describe(exc)}); used keywords"
+                search_query = await self.fallback_rewriter.rewrite(ev.query)
             await ctx.store.set("rewritten_query", search_query)
             return record.emit(RewrittenQueryEvent(query=ev.query, search_query=search_query))
 
@@ -170,7 +189,13 @@ class CorrectiveRAGWorkflow(Workflow):
         rewritten = ready[0]
         async with _recording(ctx, "web_search", ev) as record:
             record.search_calls += 1
-            results = await self.searcher.search(rewritten.search_query)
+            try:
+                results = await self.searcher.search(rewritten.search_query)
+            except Exception as exc:  # noqa: BLE001 - a search outage must not lose the run
+                state = await ctx.store.get_state()
+                # Ambiguous runs already use internal knowledge; Incorrect ones fall back to it.
+                results = state.retrieved if state.verdict is Verdict.INCORRECT else []
+                record.degraded = f"web search failed ({_describe(exc)}); answered from internal knowledge"
             return record.emit(WebResultsEvent(query=rewritten.query, results=results))
 
     @step
@@ -191,7 +216,11 @@ class CorrectiveRAGWorkflow(Workflow):
             return None
         strips = [s for knowledge in ready for s in knowledge.strips]
         async with _recording(ctx, "synthesize", ev) as record:
-            answer, sources = await self.synthesizer.synthesize(state.query, strips)
+            try:
+                answer, sources = await self.synthesizer.synthesize(state.query, strips)
+            except Exception as exc:  # noqa: BLE001 - any synthesizer failure has the same remedy
+                record.degraded = f"synthesizer failed ({_describe(exc)}); extractive answer"
+                answer, sources = await self.fallback_synthesizer.synthesize(state.query, strips)
             record.output_events.append(StopEvent.__name__)
         state = await ctx.store.get_state()
         trace = RunTrace(
@@ -211,6 +240,7 @@ class CorrectiveRAGWorkflow(Workflow):
                 timings={r.name: round(r.seconds, 6) for r in trace.steps},
                 steps=trace.step_names(),
                 trace=trace,
+                degraded=trace.degraded,
             )
         )
 
@@ -232,9 +262,12 @@ async def _recording(ctx: Context[RunState], name: str, ev: Any) -> AsyncIterato
     try:
         with attributing_calls_to(record):
             yield record
-    except Exception as exc:
-        record.error = f"{type(exc).__name__}: {exc}"
+    except CragError as exc:
+        record.error = _describe(exc)
         raise
+    except Exception as exc:
+        record.error = _describe(exc)
+        raise StepError(name, exc) from exc
     finally:
         record.ended = perf_counter() - started
         async with ctx.store.edit_state() as state:
@@ -242,6 +275,10 @@ async def _recording(ctx: Context[RunState], name: str, ev: Any) -> AsyncIterato
         ctx.write_event_to_stream(
             StepProgressEvent(step=name, status="finished", seconds=record.seconds, record=record)
         )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def run_sync(start: Callable[[], Awaitable[T]]) -> T:

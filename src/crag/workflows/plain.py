@@ -1,0 +1,120 @@
+"""Plain RAG, the baseline CRAG is measured against: retrieve, then answer from what was found.
+
+    retrieve ─▶ synthesize
+
+Nothing is graded and nothing is corrected: whatever the retriever returns is trusted,
+which is what CRAG's Correct verdict does for every question. `crag eval` compares the
+two with the same retriever and the same synthesizer, so the difference it measures is
+the grading and the corrective actions alone.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import Any
+
+from pydantic import BaseModel, Field
+from workflows import Context, Workflow, step
+from workflows.events import StopEvent
+
+from crag.errors import QueryError
+from crag.events import CragResult, QueryStartEvent, RetrievedEvent, Strip, Verdict
+from crag.interfaces import Refiner, Retriever, Synthesizer
+from crag.workflows.corrective import MAX_QUERY_CHARS, run_sync
+
+
+class PlainRunState(BaseModel):
+    """What one plain run remembers between its two steps."""
+
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+class PlainRAGWorkflow(Workflow):
+    """Retrieve-then-synthesize, with no grading and no web search.
+
+    An extractive synthesizer picks sentences, not passages, so it needs the retrieved
+    chunks cut into scored sentence strips: give a `reader` (a `Refiner`; use the one the
+    corrective workflow uses, with no score floor, so the baseline always answers). An
+    LLM synthesizer reads whole chunks: leave `reader` out and each chunk is one strip.
+
+    The result is a `CragResult` whose verdict is always Correct (retrieval is trusted)
+    and whose grades are empty (nothing was graded).
+
+    Args:
+        retriever: finds the chunks.
+        synthesizer: writes the answer.
+        reader: cuts chunks into scored strips for the synthesizer; None passes whole chunks.
+        **kwargs: passed to `Workflow` (e.g. `timeout`).
+    """
+
+    def __init__(
+        self,
+        *,
+        retriever: Retriever,
+        synthesizer: Synthesizer,
+        reader: Refiner | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("timeout", 300.0)
+        super().__init__(**kwargs)
+        self.retriever = retriever
+        self.synthesizer = synthesizer
+        self.reader = reader
+
+    @step
+    async def retrieve(self, ctx: Context[PlainRunState], ev: QueryStartEvent) -> RetrievedEvent:
+        """Find candidate chunks in the user's documents."""
+        query = " ".join(ev.query.split())
+        if not query:
+            raise QueryError("The question is empty; ask something.")
+        if len(query) > MAX_QUERY_CHARS:
+            raise QueryError(f"The question is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}.")
+        started = perf_counter()
+        chunks = await self.retriever.retrieve(query)
+        await _record(ctx, "retrieve", started)
+        return RetrievedEvent(query=query, chunks=chunks)
+
+    @step
+    async def synthesize(self, ctx: Context[PlainRunState], ev: RetrievedEvent) -> StopEvent:
+        """Answer from every retrieved chunk."""
+        started = perf_counter()
+        if self.reader is not None:
+            strips = await self.reader.refine(ev.query, ev.chunks)
+        else:
+            strips = [_whole_chunk(c) for c in ev.chunks]
+        answer, sources = await self.synthesizer.synthesize(ev.query, strips)
+        await _record(ctx, "synthesize", started)
+        state = await ctx.store.get_state()
+        return StopEvent(
+            result=CragResult(
+                query=ev.query,
+                answer=answer,
+                verdict=Verdict.CORRECT,
+                grades=[],
+                sources=sources,
+                timings=state.timings,
+                steps=list(state.timings),
+            )
+        )
+
+    def ask(self, query: str) -> CragResult:
+        """Run synchronously; works inside a running event loop too."""
+        return run_sync(lambda: self.run(query=query))
+
+
+async def _record(ctx: Context[PlainRunState], name: str, started: float) -> None:
+    async with ctx.store.edit_state() as state:
+        state.timings[name] = round(perf_counter() - started, 6)
+
+
+def _whole_chunk(chunk: Any) -> Strip:
+    meta = chunk.node.metadata
+    return Strip(
+        text=chunk.node.get_content(),
+        source_id=chunk.node.node_id,
+        kind="web" if meta.get("kind") == "web" else "internal",
+        score=float(chunk.score or 0.0),
+        doc_id=meta.get("doc_id") or chunk.node.ref_doc_id,
+        title=meta.get("title"),
+        url=meta.get("url"),
+    )
