@@ -11,6 +11,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from workflows.errors import WorkflowTimeoutError
+
 from crag.config import Settings
 from crag.errors import CragError
 from crag.events import CragResult
@@ -25,9 +27,17 @@ def main(argv: list[str] | None = None) -> int:
     except CragError as exc:
         print(f"crag: error: {exc}", file=sys.stderr)
         return 2
+    except WorkflowTimeoutError as exc:
+        print(f"crag: error: the run was cancelled: {exc} (raise [run] timeout)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("crag: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - a bug: say so in one line unless asked for more
+        if os.environ.get("CRAG_DEBUG"):
+            raise
+        print(f"crag: internal error: {type(exc).__name__}: {exc} (CRAG_DEBUG=1 shows where)", file=sys.stderr)
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:

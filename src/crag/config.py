@@ -95,6 +95,10 @@ class LLMSettings(_Section):
         return bool(self.api_key or self.base_url)
 
 
+class RunSettings(_Section):
+    timeout: float = Field(120.0, gt=0, description="Seconds before a whole run is cancelled.")
+
+
 class Settings(_Section):
     """Every setting crag reads, grouped by the component it configures."""
 
@@ -106,6 +110,7 @@ class Settings(_Section):
     web_search: WebSearchSettings = WebSearchSettings()
     synthesizer: SynthesizerSettings = SynthesizerSettings()
     llm: LLMSettings = LLMSettings()
+    run: RunSettings = RunSettings()
 
     @classmethod
     def load(

@@ -83,6 +83,7 @@ def build_workflow(
         upper=settings.grader.upper,
         lower=settings.grader.lower,
         speculative_rewrite=settings.rewriter.speculative,
+        timeout=settings.run.timeout,
     )
 
 

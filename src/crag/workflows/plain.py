@@ -10,9 +10,12 @@ the grading and the corrective actions alone.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from time import perf_counter
 from typing import Any
 
+from llama_index.core.schema import NodeWithScore
 from pydantic import BaseModel, Field
 from workflows import Context, Workflow, step
 from workflows.events import StopEvent
@@ -20,25 +23,28 @@ from workflows.events import StopEvent
 from crag.errors import QueryError
 from crag.events import CragResult, QueryStartEvent, RetrievedEvent, Strip, Verdict
 from crag.interfaces import Refiner, Retriever, Synthesizer
+from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
 from crag.workflows.corrective import MAX_QUERY_CHARS, run_sync
 
 
 class PlainRunState(BaseModel):
     """What one plain run remembers between its two steps."""
 
-    timings: dict[str, float] = Field(default_factory=dict)
+    started: float = 0.0
+    records: list[StepRecord] = Field(default_factory=list)
 
 
 class PlainRAGWorkflow(Workflow):
     """Retrieve-then-synthesize, with no grading and no web search.
 
     An extractive synthesizer picks sentences, not passages, so it needs the retrieved
-    chunks cut into scored sentence strips: give a `reader` (a `Refiner`; use the one the
-    corrective workflow uses, with no score floor, so the baseline always answers). An
-    LLM synthesizer reads whole chunks: leave `reader` out and each chunk is one strip.
+    chunks cut into scored sentence strips: give a `reader` (a `Refiner`; `crag eval`
+    uses the corrective workflow's with no score floor, so the baseline always answers).
+    An LLM synthesizer reads whole chunks: leave `reader` out and each chunk is one strip.
 
     The result is a `CragResult` whose verdict is always Correct (retrieval is trusted)
-    and whose grades are empty (nothing was graded).
+    and whose grades are empty (nothing was graded); its trace counts LLM calls as the
+    corrective workflow's does.
 
     Args:
         retriever: finds the chunks.
@@ -60,6 +66,7 @@ class PlainRAGWorkflow(Workflow):
         self.retriever = retriever
         self.synthesizer = synthesizer
         self.reader = reader
+        install_llm_call_counter()
 
     @step
     async def retrieve(self, ctx: Context[PlainRunState], ev: QueryStartEvent) -> RetrievedEvent:
@@ -70,21 +77,29 @@ class PlainRAGWorkflow(Workflow):
         if len(query) > MAX_QUERY_CHARS:
             raise QueryError(f"The question is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}.")
         started = perf_counter()
-        chunks = await self.retriever.retrieve(query)
-        await _record(ctx, "retrieve", started)
-        return RetrievedEvent(query=query, chunks=chunks)
+        with _recording("retrieve", ev, started, started) as record:
+            chunks = await self.retriever.retrieve(query)
+            out = record.emit(RetrievedEvent(query=query, chunks=chunks))
+        async with ctx.store.edit_state() as state:
+            state.started = started
+            state.records.append(record)
+        return out
 
     @step
     async def synthesize(self, ctx: Context[PlainRunState], ev: RetrievedEvent) -> StopEvent:
         """Answer from every retrieved chunk."""
-        started = perf_counter()
-        if self.reader is not None:
-            strips = await self.reader.refine(ev.query, ev.chunks)
-        else:
-            strips = [_whole_chunk(c) for c in ev.chunks]
-        answer, sources = await self.synthesizer.synthesize(ev.query, strips)
-        await _record(ctx, "synthesize", started)
         state = await ctx.store.get_state()
+        with _recording("synthesize", ev, state.started, perf_counter()) as record:
+            if self.reader is not None:
+                strips = await self.reader.refine(ev.query, ev.chunks)
+            else:
+                strips = [_whole_chunk(c) for c in ev.chunks]
+            answer, sources = await self.synthesizer.synthesize(ev.query, strips)
+            record.output_events.append(StopEvent.__name__)
+        steps = [*state.records, record]
+        trace = RunTrace(
+            query=ev.query, verdict=None, seconds=perf_counter() - state.started, steps=steps
+        )
         return StopEvent(
             result=CragResult(
                 query=ev.query,
@@ -92,8 +107,9 @@ class PlainRAGWorkflow(Workflow):
                 verdict=Verdict.CORRECT,
                 grades=[],
                 sources=sources,
-                timings=state.timings,
-                steps=list(state.timings),
+                timings={r.name: round(r.seconds, 6) for r in steps},
+                steps=trace.step_names(),
+                trace=trace,
             )
         )
 
@@ -102,12 +118,18 @@ class PlainRAGWorkflow(Workflow):
         return run_sync(lambda: self.run(query=query))
 
 
-async def _record(ctx: Context[PlainRunState], name: str, started: float) -> None:
-    async with ctx.store.edit_state() as state:
-        state.timings[name] = round(perf_counter() - started, 6)
+@contextmanager
+def _recording(name: str, ev: Any, run_started: float, started: float) -> Iterator[StepRecord]:
+    """A trace record of one step, with the LLM calls made inside the block counted on it."""
+    record = StepRecord(name=name, input_event=type(ev).__name__, started=started - run_started)
+    try:
+        with attributing_calls_to(record):
+            yield record
+    finally:
+        record.ended = perf_counter() - run_started
 
 
-def _whole_chunk(chunk: Any) -> Strip:
+def _whole_chunk(chunk: NodeWithScore) -> Strip:
     meta = chunk.node.metadata
     return Strip(
         text=chunk.node.get_content(),
