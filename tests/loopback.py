@@ -13,7 +13,11 @@ end without the network.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
+import socket
+import struct
 import threading
 import time
 import traceback
@@ -46,7 +50,33 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Handler = Callable[[Request], Reply]
+@dataclass
+class Drop:
+    """Close the connection without answering; `reset=True` sends a TCP RST instead of a FIN."""
+
+    reset: bool = False
+
+
+@dataclass
+class Truncated:
+    """Send `reply`'s status and headers, with the Content-Length of its whole body, but only
+    the body's first `keep` bytes; then hang up."""
+
+    reply: Reply
+    keep: int = 20
+
+
+@dataclass
+class Stall:
+    """Wait `seconds` (cut short when the server shuts down), then answer with `then`
+    (default: hang up, as a server that never answers would when it is stopped)."""
+
+    seconds: float
+    then: Reply | Drop | Truncated | None = None
+
+
+Answer = Reply | Drop | Truncated | Stall
+Handler = Callable[[Request], Answer]
 
 
 class LoopbackServer:
@@ -62,6 +92,7 @@ class LoopbackServer:
         self.requests: list[Request] = []
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -103,10 +134,29 @@ class LoopbackServer:
                 except Exception as exc:  # noqa: BLE001 - reported to the client and the test
                     owner.errors.append(exc)
                     reply = Reply(500, {"error": {"message": traceback.format_exc()}})
+                try:
+                    self._answer(reply)
+                except OSError:  # the client hung up first (it timed out): nothing to tell it
+                    self.close_connection = True
                 request.finished = time.perf_counter()
-                self._send(reply)
 
-            def _send(self, reply: Reply) -> None:
+            def _answer(self, reply: Answer | None) -> None:
+                if isinstance(reply, Stall):
+                    if owner._closing.wait(reply.seconds):
+                        reply = Drop()
+                    else:
+                        reply = reply.then
+                if reply is None or isinstance(reply, Drop):
+                    if reply is not None and reply.reset:
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                elif isinstance(reply, Truncated):
+                    self._send(reply.reply, keep=reply.keep)
+                    self.close_connection = True
+                else:
+                    self._send(reply)
+
+            def _send(self, reply: Reply, keep: int | None = None) -> None:
                 if isinstance(reply.body, (bytes, str)):
                     data = reply.body.encode() if isinstance(reply.body, str) else reply.body
                     content_type = "text/plain; charset=utf-8"
@@ -114,20 +164,22 @@ class LoopbackServer:
                     data = json.dumps(reply.body).encode()
                     content_type = "application/json"
                 self.send_response(reply.status)
-                self.send_header("Content-Type", content_type)
+                if "content-type" not in {name.lower() for name in reply.headers}:
+                    self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(data)
+                self.wfile.write(data if keep is None else data[:keep])
+                self.wfile.flush()
 
             do_GET = do_POST = do_PUT = do_DELETE = _serve
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
+        self._closing.clear()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
         # A short poll interval: shutdown() waits for the serving loop to notice (default 0.5 s).
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -140,9 +192,54 @@ class LoopbackServer:
 
     def __exit__(self, *exc_info: object) -> None:
         assert self._server is not None and self._thread is not None
+        self._closing.set()  # wakes stalled handlers, which then hang up
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # the default backlog (5) drops connections under load
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that hung up mid-answer is expected here; handler bugs go to `errors`
+
+
+def flaky(faults: list[Answer], then: Handler) -> Handler:
+    """Answers the first `len(faults)` requests with `faults`, in order, and the rest with `then`."""
+    lock = threading.Lock()
+    pending = list(faults)
+
+    def handle(request: Request) -> Answer:
+        with lock:
+            fault = pending.pop(0) if pending else None
+        return fault if fault is not None else then(request)
+
+    return handle
+
+
+def chaos(handler: Handler, *, rate: float, faults: list[Answer], seed: int = 0) -> Handler:
+    """Answers a fraction `rate` of requests with one of `faults`, picked at random, the rest
+    with `handler`.
+
+    The draw is seeded by `seed`, the request's body and how many times that body has been
+    seen (its attempt number), not by arrival order, so a concurrent run is repeatable and a
+    retried request gets a fresh draw.
+    """
+    lock = threading.Lock()
+    seen: dict[bytes, int] = {}
+
+    def handle(request: Request) -> Answer:
+        digest = hashlib.sha256(request.path.encode() + b"\0" + request.raw).digest()
+        with lock:
+            seen[digest] = attempt = seen.get(digest, 0) + 1
+        rng = random.Random(f"{seed}:{digest.hex()}:{attempt}")
+        if rng.random() < rate:
+            return rng.choice(faults)
+        return handler(request)
+
+    return handle
 
 
 # --- OpenAI chat completions -------------------------------------------------------------
@@ -194,11 +291,12 @@ def _openai_error(status: int, message: str) -> Reply:
 
 
 def openai_chat(
-    reply: Callable[[str], str | Reply], *, delay: Callable[[str], float] | None = None
+    reply: Callable[[str], str | Answer], *, delay: Callable[[str], float] | None = None
 ) -> Handler:
     """Answers `POST /v1/chat/completions` with `reply(prompt)`, the request's message text.
 
-    `reply` returns the assistant's content, or a `Reply` to send as is (an error status).
+    `reply` returns the assistant's content, or a `Reply` to send as is (an error status)
+    or a fault (`Drop`, `Truncated`, `Stall`).
     `delay(prompt)` seconds are slept before answering, to make calls overlap in time.
     Streaming requests are refused (crag's components do not stream).
     """
@@ -213,7 +311,7 @@ def openai_chat(
         if delay is not None:
             time.sleep(delay(prompt))
         content = reply(prompt)
-        if isinstance(content, Reply):
+        if not isinstance(content, str):
             return content
         model = body.get("model", "unknown")
         return Reply(200, chat_completion(content, model=model, prompt_text=prompt))

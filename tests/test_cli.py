@@ -13,6 +13,7 @@ import pytest
 
 from conftest import SAMPLES, SHARED_DATA
 from crag.cli import main
+from crag.trace import RunTrace
 
 
 def ask_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
@@ -100,3 +101,75 @@ def test_draw_writes_every_step_without_network_references(
     assert marker in text and 'src="http' not in text and 'href="http' not in text
     for step in ("retrieve", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"):
         assert step in text
+
+
+WEB_QUESTION = "Who invented the lithium-ion battery?"
+
+
+def test_ask_shows_steps_on_stderr_and_keeps_json_stdout_one_object(
+    capsys: pytest.CaptureFixture[str], sample_index_dir: Path
+) -> None:
+    argv = ["ask", WEB_QUESTION, "--index", str(sample_index_dir), "--web-corpus", str(SAMPLES / "web.jsonl")]
+    assert main([*argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["verdict"] == "incorrect"  # the whole of stdout parses
+    lines = err.splitlines()  # not a terminal: plain lines
+    assert lines[0] == "crag: retrieve started" and "crag: synthesize started" in lines
+    assert any(line.startswith("crag: web_search finished in ") for line in lines)
+    assert main([*argv, "--quiet"]) == 0 and capsys.readouterr().err == ""
+
+
+def test_ask_saves_the_trace_and_draw_shows_it(
+    capsys: pytest.CaptureFixture[str], sample_index_dir: Path, tmp_path: Path
+) -> None:
+    trace_file, page, chart = tmp_path / "run.json", tmp_path / "run.html", tmp_path / "run.mmd"
+    argv = ["ask", WEB_QUESTION, "--index", str(sample_index_dir), "--web-corpus", str(SAMPLES / "web.jsonl")]
+    assert main([*argv, "--json", "--quiet", "--trace", str(trace_file)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    trace = RunTrace.model_validate_json(trace_file.read_text())
+    assert trace == RunTrace.model_validate(result["trace"]) and trace.verdict == "incorrect"
+    assert main(["draw", "--trace", str(trace_file), "--out", str(page)]) == 0
+    html = page.read_text()
+    assert "“Who invented the lithium-ion battery?”" in html and ">incorrect</span>" in html
+    assert 'class="node step dim"' in html  # refine_internal: not taken
+    assert main(["draw", "--trace", str(trace_file), "--format", "mermaid", "--out", str(chart)]) == 0
+    assert chart.read_text().startswith('---\ntitle: "incorrect in ') and ":::dim" in chart.read_text()
+
+
+def test_draw_names_its_output_after_what_it_draws(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["draw"]) == 0 and main(["draw", "--format", "mermaid"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crag-graph.html", "crag-graph.mmd"]
+    capsys.readouterr()
+    assert main(["draw", "--format", "mermaid", "--out", "-"]) == 0
+    assert capsys.readouterr().out.startswith("flowchart TD\n")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "No trace file at"),
+        ("not json at all", "is not a crag run trace"),
+        ('{"steps": 3}', "is not a crag run trace (steps:"),
+        ('{"steps": [{"name": "write", "input_event": "StartEvent", "started": 0}]}', "does not have"),
+    ],
+)
+def test_draw_with_a_missing_or_unusable_trace_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str | None, message: str
+) -> None:
+    trace_file = tmp_path / "run.json"
+    if content is not None:
+        trace_file.write_text(content)
+    assert main(["draw", "--trace", str(trace_file), "--out", str(tmp_path / "out.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crag: error:") and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out.html").exists()
+
+
+def test_ingest_shows_files_and_chunks_on_stderr(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["ingest", str(SAMPLES / "docs"), "--index", str(tmp_path / "index")]) == 0
+    out, err = capsys.readouterr()
+    assert "4 file(s) read" in out and "crag:" not in out
+    assert err.startswith("crag: read 4/4 files in ") and "crag: embed " in err and "chunks/s" in err

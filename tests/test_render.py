@@ -1,4 +1,4 @@
-"""`crag.render`: the offline HTML drawing and the Mermaid text of a workflow's graph."""
+"""`crag.render`: the offline HTML drawing and the Mermaid text of a workflow's graph, and of one run."""
 
 from __future__ import annotations
 
@@ -6,12 +6,15 @@ import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
+import pytest
 from workflows import Workflow, step
 from workflows.events import Event, StartEvent, StopEvent
 from workflows.representation import get_workflow_representation
 
 from crag import CorrectiveRAGWorkflow
-from crag.render import graph_html, layout, mermaid
+from crag.errors import TraceError
+from crag.render import graph_html, layout, mermaid, run_path, timeline_svg, trace_html
+from crag.trace import RunTrace, StepRecord
 
 STEPS = ["retrieve", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"]
 EVENTS = [
@@ -144,3 +147,116 @@ def test_a_loop_draws_as_a_back_edge() -> None:
     lay = layout(get_workflow_representation(Loop))
     assert [e for e in lay.edges if e.back] and "StopEvent" in lay.layers[-1]
     ET.fromstring(re.search(r"<svg\b.*</svg>", graph_html(Loop), re.S).group(0))
+
+
+# One run drawn on the graph -------------------------------------------------------------
+
+def record(name: str, inp: str, out: list[str], started: float, ended: float, **calls: int) -> StepRecord:
+    return StepRecord(name=name, input_event=inp, output_events=out, started=started, ended=ended, **calls)
+
+
+# A Correct run with an LLM grader: the rewrite ran speculatively, beside grading; no web search.
+CORRECT = RunTrace(query="What warranty does Lumen give?", verdict="correct", seconds=0.120, steps=[
+    record("retrieve", "QueryStartEvent", ["RewriteQueryEvent", "RetrievedEvent"], 0.001, 0.010),
+    record("grade", "RetrievedEvent", ["RefineInternalEvent"], 0.011, 0.070, llm_calls=4,
+           prompt_tokens=700, completion_tokens=4),
+    record("rewrite", "RewriteQueryEvent", ["RewrittenQueryEvent"], 0.012, 0.060, llm_calls=1),
+    record("refine_internal", "RefineInternalEvent", ["InternalKnowledgeEvent"], 0.071, 0.075),
+    record("synthesize", "InternalKnowledgeEvent", ["StopEvent"], 0.076, 0.119, llm_calls=1),
+])
+NOT_TAKEN = {"web_search", "refine_web", "WebSearchNeededEvent", "WebResultsEvent", "WebKnowledgeEvent"}
+
+
+def nodes_by_state(page: str) -> dict[str, set[str]]:
+    """Node labels of the graph's SVG, grouped by the state in their class (lit, dim)."""
+    root = ET.fromstring(re.search(r"<svg\b.*?</svg>", page, re.S).group(0))
+    ns = "{http://www.w3.org/2000/svg}"
+    states: dict[str, set[str]] = {"lit": set(), "dim": set()}
+    for g in root.iter(f"{ns}g"):
+        classes = (g.get("class") or "").split()
+        if "node" in classes:
+            label = next(t.text for t in g.iter(f"{ns}text") if "note" not in (t.get("class") or ""))
+            states["lit" if "lit" in classes else "dim"].add(label)
+    return states
+
+
+def test_trace_lights_the_steps_and_events_of_the_run_and_dims_the_rest() -> None:
+    states = nodes_by_state(trace_html(CorrectiveRAGWorkflow, CORRECT))
+    assert states["dim"] == NOT_TAKEN
+    assert {"retrieve", "grade", "rewrite", "refine_internal", "synthesize", "QueryStartEvent",
+            "RewriteQueryEvent", "RewrittenQueryEvent", "StopEvent"} <= states["lit"]
+
+
+def test_an_edge_is_on_the_path_only_if_the_run_used_it() -> None:
+    _, path = run_path(get_workflow_representation(CorrectiveRAGWorkflow), CORRECT)
+    assert ("retrieve", "RewriteQueryEvent") in path.edges  # the speculative rewrite came from retrieve,
+    assert ("grade", "RewriteQueryEvent") not in path.edges  # not from grade
+    assert ("RewrittenQueryEvent", "web_search") not in path.edges  # its result waited for nothing
+    assert ("InternalKnowledgeEvent", "synthesize") in path.edges
+    assert ("WebKnowledgeEvent", "synthesize") not in path.edges
+
+
+def test_steps_that_ran_show_their_time_calls_and_tokens() -> None:
+    notes, _ = run_path(get_workflow_representation(CorrectiveRAGWorkflow), CORRECT)
+    assert notes == {
+        "retrieve": "9.0 ms", "grade": "59 ms · 4 LLM · 704 tok", "rewrite": "48 ms · 1 LLM",
+        "refine_internal": "4.0 ms", "synthesize": "43 ms · 1 LLM",
+    }
+    assert set(notes.values()) <= visible_text(trace_html(CorrectiveRAGWorkflow, CORRECT))
+
+
+def test_trace_page_shows_the_query_verdict_total_time_and_counts() -> None:
+    page = trace_html(CorrectiveRAGWorkflow, CORRECT, title="Run <1>")
+    shown = visible_text(page)
+    assert {"Run <1>", "“What warranty does Lumen give?”", "correct", "120 ms", "Timeline"} <= shown
+    assert "5 of 7 steps ran · 6 LLM calls · 0 web searches · 704 tokens" in " ".join(shown)
+
+
+def test_timeline_has_a_bar_per_step_and_concurrent_steps_overlap() -> None:
+    root = ET.fromstring(timeline_svg(CORRECT))
+    bars = {t.text.split(":")[0]: r for r in root.iter("{http://www.w3.org/2000/svg}rect")
+            for t in r.iter("{http://www.w3.org/2000/svg}title")}
+    ranges = {name: (float(r.get("x")), float(r.get("x")) + float(r.get("width"))) for name, r in bars.items()}
+    assert len(bars) == len(CORRECT.steps)
+    (g0, g1), (r0, r1) = ranges["grade"], ranges["rewrite"]
+    assert g0 < r0 < r1 < g1  # the rewrite ran inside grading's time
+    assert ranges["refine_internal"][0] > g1  # refinement waited for the verdict
+
+
+def test_a_failed_or_degraded_step_is_marked_and_explained() -> None:
+    steps = [s.model_copy() for s in CORRECT.steps]
+    steps[1].degraded = "2 of 4 grades by a fallback (timeout)"
+    steps[4].error = "ValueError: boom"
+    page = trace_html(CorrectiveRAGWorkflow, CORRECT.model_copy(update={"steps": steps}))
+    assert "⚠ grade: 2 of 4 grades by a fallback (timeout)" in visible_text(page)
+    assert "⚠ synthesize: ValueError: boom" in visible_text(page)
+    assert 'stroke="#d97706"' in page and 'stroke="#dc2626"' in page
+
+
+def test_trace_page_is_self_contained_valid_and_needs_no_script() -> None:
+    page = trace_html(CorrectiveRAGWorkflow, CORRECT)
+    HTMLParser().feed(page)
+    assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    for picture in re.findall(r"<svg\b.*?</svg>", page, re.S):
+        ET.fromstring(picture)
+
+
+def test_a_trace_of_another_workflow_is_refused() -> None:
+    other = RunTrace(steps=[record("write", "StartEvent", ["Draft"], 0, 1)])
+    with pytest.raises(TraceError, match="write"):
+        trace_html(CorrectiveRAGWorkflow, other)
+    assert "write" in visible_text(trace_html(TwoSteps, other))  # on its own workflow it draws
+
+
+def test_mermaid_of_a_run_titles_the_verdict_and_greys_what_it_did_not_take() -> None:
+    text = mermaid(CorrectiveRAGWorkflow, CORRECT)
+    lines = [line.strip() for line in text.splitlines()]
+    assert lines[:3] == ["---", 'title: "correct in 120 ms: What warranty does Lumen give?"', "---"]
+    assert lines[3] == "flowchart TD"
+    assert 'step_grade["grade<br/>59 ms · 4 LLM · 704 tok"]:::step' in lines
+    assert 'step_web_search["web_search"]:::dim' in lines
+    arrows = [line for line in lines if "-->" in line]
+    lit, dim = (re.search(rf"linkStyle ([\d,]+) stroke:{c}", text).group(1).split(",") for c in ("#1d4ed8", "#cbd5e1"))
+    assert sorted(map(int, lit + dim)) == list(range(len(arrows)))
+    assert arrows[int(lit[0])] == "ev_QueryStartEvent --> step_retrieve"

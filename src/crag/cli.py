@@ -3,41 +3,53 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
 import tempfile
+from contextlib import nullcontext
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from workflows.errors import WorkflowTimeoutError
 
 from crag.config import Settings
-from crag.errors import CragError
+from crag.errors import CragError, TraceError, redact
 from crag.events import CragResult
+from crag.trace import RunTrace
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (0 ok, 2 for a clear error, 130 on Ctrl-C)."""
+    """Entry point; returns the exit code (0 ok, 2 for a clear error, 130 on Ctrl-C).
+
+    Every error is one line on stderr, with API keys removed (a server's error may echo one).
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # crag never fetches models at run time
     args = _parser().parse_args(argv)
     try:
         return args.func(args)
     except CragError as exc:
-        print(f"crag: error: {exc}", file=sys.stderr)
+        _say(f"crag: error: {exc}")
         return 2
     except WorkflowTimeoutError as exc:
-        print(f"crag: error: the run was cancelled: {exc} (raise [run] timeout)", file=sys.stderr)
+        _say(f"crag: error: the run was cancelled: {exc} (raise [run] timeout)")
         return 2
     except KeyboardInterrupt:
-        print("crag: interrupted", file=sys.stderr)
+        _say("crag: interrupted")
         return 130
     except Exception as exc:  # noqa: BLE001 - a bug: say so in one line unless asked for more
         if os.environ.get("CRAG_DEBUG"):
             raise
-        print(f"crag: internal error: {type(exc).__name__}: {exc} (CRAG_DEBUG=1 shows where)", file=sys.stderr)
+        _say(f"crag: internal error: {type(exc).__name__}: {exc} (CRAG_DEBUG=1 shows where)")
         return 1
+
+
+def _say(message: str) -> None:
+    """`message` as one line on stderr, without API keys."""
+    print(" ".join(redact(message).split()), file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--index", type=Path, help="index folder (default .crag/index)")
     p.add_argument("--chunk-size", type=int)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_ingest)
 
     p = sub.add_parser("ask", help="answer a question from the index, correcting with web search")
@@ -59,10 +72,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lower", type=float, help="grade below which (for all chunks) it is Incorrect")
     p.add_argument("--top-k", type=int)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--trace", type=Path, metavar="FILE.json",
+                   help="save the run's trace (steps, times, events, calls) for `crag draw --trace`")
+    p.add_argument("-q", "--quiet", action="store_true", help="no step progress on stderr")
     p.set_defaults(func=_ask)
 
-    p = sub.add_parser("draw", help="draw every possible flow of the workflow")
-    p.add_argument("--out", type=Path, default=Path("crag-graph.html"))
+    p = sub.add_parser("draw", help="draw every possible flow of the workflow, or one run's path")
+    p.add_argument("--trace", type=Path, metavar="FILE.json", help="a run saved by `crag ask --trace`")
+    p.add_argument("--out", type=Path, help="file to write, - for stdout "
+                   "(default crag-graph.html, crag-trace.html with --trace; .mmd for mermaid)")
     p.add_argument("--format", choices=["html", "mermaid"], default="html")
     p.set_defaults(func=_draw)
 
@@ -78,17 +96,17 @@ def _settings(args: argparse.Namespace, **overrides: dict[str, Any]) -> Settings
 
 def _ingest(args: argparse.Namespace) -> int:
     from crag.index import ingest
+    from crag.progress import ingest_progress
 
     settings = _settings(args)
-    report = ingest(
-        args.paths,
-        settings.index.path,
-        chunk_size=settings.index.chunk_size,
-        chunk_overlap=settings.index.chunk_overlap,
-        progress=_print_progress if sys.stderr.isatty() else None,
-    )
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
+    with nullcontext(None) if args.quiet else ingest_progress() as progress:
+        report = ingest(
+            args.paths,
+            settings.index.path,
+            chunk_size=settings.index.chunk_size,
+            chunk_overlap=settings.index.chunk_overlap,
+            progress=progress,
+        )
     print(
         f"{report.files_read} file(s) read, {report.files_unchanged} unchanged, "
         f"{report.chunks_added} chunk(s) added; {report.chunks_total} chunk(s) in {settings.index.path}"
@@ -96,12 +114,9 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_progress(stage: str, done: int, total: int) -> None:
-    print(f"\r{stage}: {done}/{total}", end="", file=sys.stderr, flush=True)
-
-
 def _ask(args: argparse.Namespace) -> int:
     from crag.factory import build_workflow
+    from crag.progress import run_with_progress, step_progress
 
     settings = _settings(
         args,
@@ -109,7 +124,11 @@ def _ask(args: argparse.Namespace) -> int:
         grader={"upper": args.upper, "lower": args.lower},
         retriever={"top_k": args.top_k},
     )
-    result = build_workflow(settings).ask(args.question)
+    workflow = build_workflow(settings)
+    with nullcontext(lambda event: None) if args.quiet else step_progress() as on_step:
+        result = asyncio.run(run_with_progress(workflow, args.question, on_step))
+    if args.trace:
+        _write_trace(args.trace, result.trace)
     print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) if args.json else _format(result))
     return 0
 
@@ -128,13 +147,44 @@ def _format(result: CragResult) -> str:
 
 
 def _draw(args: argparse.Namespace) -> int:
-    from crag.render import graph_html, mermaid
+    from crag.render import graph_html, mermaid, trace_html
     from crag.workflows import CorrectiveRAGWorkflow
 
-    text = mermaid(CorrectiveRAGWorkflow) if args.format == "mermaid" else graph_html(CorrectiveRAGWorkflow)
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}")
+    workflow, trace = CorrectiveRAGWorkflow, _read_trace(args.trace) if args.trace else None
+    if args.format == "mermaid":
+        text = mermaid(workflow, trace)
+    else:
+        text = graph_html(workflow) if trace is None else trace_html(workflow, trace)
+    suffix = "mmd" if args.format == "mermaid" else "html"
+    out = args.out or Path(f"crag-{'graph' if trace is None else 'trace'}.{suffix}")
+    if str(out) == "-":
+        sys.stdout.write(text)
+        return 0
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out}")
     return 0
+
+
+def _write_trace(path: Path, trace: RunTrace) -> None:
+    try:
+        path.write_text(trace.model_dump_json(indent=2), encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(f"Cannot write the trace to {path}: {exc.strerror or exc}.") from None
+    print(f"crag: trace written to {path}; draw it with: crag draw --trace {path}", file=sys.stderr)
+
+
+def _read_trace(path: Path) -> RunTrace:
+    try:
+        return RunTrace.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        raise TraceError(f"No trace file at {path}; save one with: crag ask QUESTION --trace {path}") from None
+    except OSError as exc:
+        raise TraceError(f"Cannot read the trace {path}: {exc.strerror or exc}.") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "the file"
+        raise TraceError(f"{path} is not a crag run trace ({where}: {first['msg']}); "
+                         "save one with: crag ask QUESTION --trace FILE") from None
 
 
 DEMO_QUESTIONS = (

@@ -9,10 +9,19 @@ Every message says what failed and what to do about it.
     ├── IngestError          a file could not be read or indexed
     ├── GradeParseError      a model's grade could not be parsed
     ├── SearchError          the web search failed
-    └── StepError            a component failed inside a workflow step, with no fallback
+    ├── StepError            a component failed inside a workflow step, with no fallback
+    ├── TraceError           a run trace is missing, unreadable or another workflow's
+    └── ModelReplyError      a language model's server answered with something unusable
+
+`redact(text)` removes API keys from text meant for people (error messages, the trace):
+every key crag was given (`register_secret`) and anything shaped like a key or a bearer
+token, since a server's error body may echo a key crag never saw.
 """
 
 from __future__ import annotations
+
+import re
+import threading
 
 
 class CragError(Exception):
@@ -49,3 +58,36 @@ class StepError(CragError):
     def __init__(self, step: str, cause: BaseException) -> None:
         super().__init__(f"step '{step}' failed: {type(cause).__name__}: {cause}")
         self.step = step
+
+
+class TraceError(CragError):
+    """A run trace file is missing or unreadable, or belongs to another workflow."""
+
+
+class ModelReplyError(CragError):
+    """A language model's server answered, but not with a usable chat completion."""
+
+
+_secrets: set[str] = set()
+_secrets_lock = threading.Lock()
+# OpenAI-style (sk-..., sk-proj-...), Tavily (tvly-...) keys, and bearer tokens.
+_KEY_SHAPED = re.compile(
+    r"\b(?:sk|tvly|pk|rk)-[A-Za-z0-9_\-]{6,}|(?i:bearer)\s+(?=[\w.~+/\-]*\d)[\w.~+/\-]{8,}=*"
+)
+REDACTED = "[redacted]"
+
+
+def register_secret(value: str | None) -> None:
+    """Remember an API key so that `redact` removes it wherever it appears."""
+    if value and len(value.strip()) >= 6:
+        with _secrets_lock:
+            _secrets.add(value.strip())
+
+
+def redact(text: str) -> str:
+    """`text` without any registered key or key-shaped token."""
+    with _secrets_lock:
+        known = sorted(_secrets, key=len, reverse=True)
+    for secret in known:
+        text = text.replace(secret, REDACTED)
+    return _KEY_SHAPED.sub(REDACTED, text)

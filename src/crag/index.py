@@ -131,6 +131,8 @@ class IngestReport:
 
 
 ProgressCallback = Callable[[str, int, int], None]
+"""`progress(stage, done, total)`: stage "read" counts files (unchanged ones too), "embed" chunks;
+each stage starts with done=0."""
 
 
 def ingest(
@@ -161,20 +163,31 @@ def ingest(
     report = IngestReport()
     changed: dict[str, dict] = {}
     documents: list[Document] = []
+    if progress:
+        progress("read", 0, len(files))
     for number, file in enumerate(files, start=1):
         key = str(file.resolve())
         stat = file.stat()
         entry = index.manifest.get(key)
         if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
             report.files_unchanged += 1
+            if progress:
+                progress("read", number, len(files))
             continue
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
         if entry and entry["sha256"] == digest:  # touched, not changed
             report.files_unchanged += 1
+            if progress:
+                progress("read", number, len(files))
             continue
         docs = list(read_documents(file))
         for doc in docs:
             doc.metadata["file"] = key
+            # The splitter subtracts the metadata text it would embed from each chunk's
+            # budget; the file's path must not count, or where the corpus lives changes
+            # the chunk boundaries (and every retrieval result after them).
+            doc.excluded_embed_metadata_keys = ["file", "doc_id"]
+            doc.excluded_llm_metadata_keys = ["file", "doc_id"]
         documents.extend(docs)
         changed[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
         report.files_read += 1
@@ -213,6 +226,8 @@ def ingest(
 def _embed(model: WordLlamaEmbedding, texts: list[str], progress: ProgressCallback | None) -> np.ndarray:
     batch = 256
     parts = []
+    if progress:
+        progress("embed", 0, len(texts))
     for start in range(0, len(texts), batch):
         parts.append(model.embed_many(texts[start : start + batch]))
         if progress:

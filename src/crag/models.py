@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from functools import cached_property
+import json
+import logging
+from collections.abc import Sequence
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.llms import LLM
+from llama_index.core.llms import LLM, ChatMessage, ChatResponse
 from pydantic import PrivateAttr
 
 from crag.config import LLMSettings
-from crag.errors import ConfigError
+from crag.errors import ConfigError, ModelReplyError, redact, register_secret
 
 
 class WordLlamaEmbedding(BaseEmbedding):
@@ -28,10 +31,11 @@ class WordLlamaEmbedding(BaseEmbedding):
 
     def _load(self) -> Any:
         if self._model is None:
-            import wordllama
+            with _root_logging_kept():
+                import wordllama
+                from wordllama.inference import WordLlamaInference
             from safetensors import safe_open
             from tokenizers import Tokenizer
-            from wordllama.inference import WordLlamaInference
 
             root = Path(wordllama.__file__).parent
             tokenizer = Tokenizer.from_file(str(root / "tokenizers" / "l2_supercat_tokenizer_config.json"))
@@ -59,6 +63,25 @@ class WordLlamaEmbedding(BaseEmbedding):
         return self._get_query_embedding(query)
 
 
+class _root_logging_kept:  # noqa: N801 - used as a statement, like a function
+    """Undo `logging.basicConfig(level=INFO)`, which wordllama calls when imported.
+
+    Left in place it would make every library in the process log to stderr at INFO
+    (httpx announces each request, openai each retry), whatever the application chose.
+    """
+
+    def __enter__(self) -> None:
+        root = logging.getLogger()
+        self._handlers, self._level = list(root.handlers), root.level
+
+    def __exit__(self, *exc_info: object) -> None:
+        root = logging.getLogger()
+        for handler in root.handlers[:]:
+            if handler not in self._handlers:
+                root.removeHandler(handler)
+        root.setLevel(self._level)
+
+
 class LLMFactory:
     """Builds the configured chat model lazily, once."""
 
@@ -71,28 +94,89 @@ class LLMFactory:
 
 
 def openai_llm(settings: LLMSettings) -> LLM:
-    """OpenAI, or any OpenAI-compatible server (vLLM, Ollama, llama.cpp) when `base_url` is set."""
+    """OpenAI, or any OpenAI-compatible server (vLLM, Ollama, llama.cpp) when `base_url` is set.
+
+    One layer of retries: the openai client's own (`max_retries` attempts after the first,
+    exponential backoff with jitter, honouring Retry-After), each attempt bounded by
+    `timeout`. llama-index's extra retry loop around it is switched off; left on, it
+    multiplied the attempts ((1 + n) * n) and waited 1-20 s between its rounds.
+    """
     if not settings.api_key and not settings.base_url:
         raise ConfigError(
             "An LLM component was chosen but no model is configured: set OPENAI_API_KEY, "
             "or OPENAI_BASE_URL / [llm] base_url for an OpenAI-compatible server."
         )
+    api_key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
+    if settings.api_key:
+        register_secret(api_key)
     common: dict[str, Any] = dict(
         model=settings.model,
-        api_key=settings.api_key.get_secret_value() if settings.api_key else "not-needed",
+        api_key=api_key,
         temperature=0.0,
         timeout=settings.timeout,
-        max_retries=settings.max_retries,
+        max_retries=0,  # llama-index's retry loop; the client's are set below
     )
+    checked_openai, checked_openai_like = _checked_classes()
     if settings.base_url:
-        from llama_index.llms.openai_like import OpenAILike
-
-        return OpenAILike(
+        llm: Any = checked_openai_like(
             api_base=settings.base_url,
             is_chat_model=True,
             context_window=settings.context_window,
             **common,
         )
-    from llama_index.llms.openai import OpenAI
+    else:
+        llm = checked_openai(**common)
+    llm._client_retries = settings.max_retries
+    return llm
 
-    return OpenAI(**common)
+
+class _CheckedReplies:
+    """Chat replies that are usable or a clear error; error messages free of API keys.
+
+    Mixed into llama-index's OpenAI classes; the openai client gets `_client_retries`.
+    """
+
+    def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
+        kwargs = super()._get_credential_kwargs(is_async)  # type: ignore[misc]
+        kwargs["max_retries"] = self._client_retries
+        return kwargs
+
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        import openai
+
+        try:
+            return await super().achat(messages, **kwargs)  # type: ignore[misc]
+        except openai.APIError as exc:
+            _scrub(exc)
+            raise
+        except json.JSONDecodeError as exc:
+            raise ModelReplyError(f"The model server's reply is not valid JSON ({exc}).") from None
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ModelReplyError(
+                "The model server's reply is not a chat completion with choices[0].message: "
+                f"{type(exc).__name__}: {redact(str(exc))[:200]}"
+            ) from None
+
+
+def _scrub(exc: Exception) -> None:
+    """`exc` with any API key removed from its message and body (a 401 may echo the key)."""
+    exc.args = tuple(redact(a) if isinstance(a, str) else a for a in exc.args)
+    if isinstance(getattr(exc, "message", None), str):
+        exc.message = redact(exc.message)  # type: ignore[attr-defined]
+    if getattr(exc, "body", None) is not None:
+        exc.body = json.loads(redact(json.dumps(exc.body, default=str)))  # type: ignore[attr-defined]
+
+
+@cache
+def _checked_classes() -> tuple[type, type]:
+    """OpenAI and OpenAILike with `_CheckedReplies`; imported on first use (the openai SDK is big)."""
+    from llama_index.llms.openai import OpenAI
+    from llama_index.llms.openai_like import OpenAILike
+
+    class CheckedOpenAI(_CheckedReplies, OpenAI):
+        _client_retries: int = PrivateAttr(default=2)
+
+    class CheckedOpenAILike(_CheckedReplies, OpenAILike):
+        _client_retries: int = PrivateAttr(default=2)
+
+    return CheckedOpenAI, CheckedOpenAILike

@@ -102,10 +102,48 @@ class TermStats:
         return cls(num_docs=int(data["num_docs"]), doc_freq=Counter(data["doc_freq"]))
 
 
-def weighted_coverage(query_terms: Sequence[str], text_terms: set[str], stats: TermStats) -> float:
-    """Share of the query's IDF mass whose terms occur in the text, in [0, 1]."""
-    unique = set(query_terms)
+def weighted_coverage(
+    query_terms: Sequence[str],
+    text_terms: set[str],
+    stats: TermStats,
+    *,
+    partial: float = 0.0,
+    min_prefix: int = 4,
+) -> float:
+    """Share of the query's IDF mass whose terms occur in the text, in [0, 1].
+
+    Args:
+        query_terms, text_terms: stemmed terms (`terms`).
+        stats: IDF weights.
+        partial: credit, as a share of its weight, for a query term that is absent but
+            related by prefix to a text term (`related_by_prefix`); 0 counts exact
+            matches only.
+        min_prefix: the shortest prefix that relates two terms.
+    """
+    # Sorted, so the float sum (and a score rounded from it) is the same in every process.
+    unique = sorted(set(query_terms))
     total = sum(stats.idf(t) for t in unique)
     if total == 0.0:
         return 0.0
-    return sum(stats.idf(t) for t in unique if t in text_terms) / total
+    covered = 0.0
+    for term in unique:
+        if term in text_terms:
+            covered += stats.idf(term)
+        elif partial and related_by_prefix(term, text_terms, min_prefix):
+            covered += partial * stats.idf(term)
+    return covered / total
+
+
+def related_by_prefix(term: str, text_terms: set[str], min_prefix: int = 4) -> bool:
+    """True when one of `term` and some text term is a prefix of the other, at least
+    `min_prefix` characters long.
+
+    The Snowball stemmer leaves derivations apart ("revolutionary" -> "revolutionari",
+    "revolution" -> "revolut"; "rider" -> "rider", "ride" -> "ride"), and a question
+    often paraphrases its passage exactly that way.
+    """
+    if len(term) < min_prefix:
+        return False
+    if any(term[:k] in text_terms for k in range(min_prefix, len(term))):
+        return True
+    return any(len(t) > len(term) and t.startswith(term) for t in text_terms)

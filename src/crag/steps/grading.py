@@ -50,9 +50,11 @@ class LexicalEvaluator:
 
     name = "lexical"
 
-    def __init__(self, stats: TermStats, window: int = 2) -> None:
+    def __init__(self, stats: TermStats, window: int = 2, *, partial: float = 0.0, min_prefix: int = 4) -> None:
         self.stats = stats
         self.window = window
+        self.partial = partial
+        self.min_prefix = min_prefix
 
     def score(self, query: str, text: str, title: str | None = None, *, split: bool = True) -> float:
         """Relevance of `text` to `query`; `split=False` treats `text` as one sentence."""
@@ -61,14 +63,17 @@ class LexicalEvaluator:
             return 0.0
         title_terms = set(terms(title)) if title else set()
         text_terms = terms(text)
-        whole = weighted_coverage(wanted, set(text_terms) | title_terms, self.stats)
+        whole = self._coverage(wanted, set(text_terms) | title_terms)
         sents = [set(terms(s)) for s in sentences(text)] if split else [set(text_terms)]
         sents = sents or [set()]
         windows = [set().union(*sents[i : i + self.window]) | title_terms for i in range(len(sents))]
-        best = max(weighted_coverage(wanted, w, self.stats) for w in windows)
+        best = max(self._coverage(wanted, w) for w in windows)
         pairs = set(zip(wanted, wanted[1:]))
         phrase = len(pairs & set(zip(text_terms, text_terms[1:]))) / len(pairs) if pairs else whole
         return round(0.4 * whole + 0.4 * best + 0.2 * phrase, 4)
+
+    def _coverage(self, wanted: list[str], text_terms: set[str]) -> float:
+        return weighted_coverage(wanted, text_terms, self.stats, partial=self.partial, min_prefix=self.min_prefix)
 
     async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
         return [

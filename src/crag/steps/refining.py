@@ -16,11 +16,13 @@ class StripRefiner:
 
     Args:
         evaluator: scores a strip against the query.
-        max_strips: strips kept in all.
+        max_strips: strips kept in all; None keeps every strip that passes `min_score`.
         min_score: strips scoring below this are dropped.
     """
 
-    def __init__(self, evaluator: LexicalEvaluator, *, max_strips: int = 6, min_score: float = 0.4) -> None:
+    def __init__(
+        self, evaluator: LexicalEvaluator, *, max_strips: int | None = 6, min_score: float = 0.4
+    ) -> None:
         self.evaluator = evaluator
         self.max_strips = max_strips
         self.min_score = min_score

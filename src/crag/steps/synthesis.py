@@ -39,6 +39,9 @@ def number_sources(strips: Sequence[Strip]) -> tuple[dict[str, int], list[Source
 class ExtractiveSynthesizer:
     """Answers with the best-supported sentences, each followed by its source number.
 
+    A sentence met twice (the same passage found in the documents and on the web) is
+    used once, so a repeat never takes the place of another sentence.
+
     Args:
         max_sentences: sentences in the answer, best first.
     """
@@ -49,7 +52,10 @@ class ExtractiveSynthesizer:
     async def synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]:
         if not strips:
             return NO_KNOWLEDGE, []
-        chosen = sorted(strips, key=lambda s: -s.score)[: self.max_sentences]
+        distinct: dict[str, Strip] = {}
+        for strip in sorted(strips, key=lambda s: -s.score):  # stable: the first source wins ties
+            distinct.setdefault(" ".join(strip.text.split()).casefold(), strip)
+        chosen = list(distinct.values())[: self.max_sentences]
         numbers, sources = number_sources(chosen)
         answer = " ".join(f"{s.text} [{numbers[s.source_id]}]" for s in chosen)
         return answer, sources

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from crag.errors import SearchError
+from crag.errors import SearchError, redact, register_secret
 from crag.readers import find_files, read_documents
 from crag.steps.bm25 import BM25
+
+T = TypeVar("T")
 
 
 class LocalCorpusSearch:
@@ -56,10 +61,14 @@ class LocalCorpusSearch:
 class TavilySearch:
     """Tavily's search API through llama-index-tools-tavily-research.
 
-    The tool's client is synchronous (requests), so it runs in a worker thread and never
-    blocks the event loop. Its HTTP session retries 429s and 5xx answers with exponential
-    backoff and jitter, honouring `Retry-After` (urllib3's `Retry`), and bounds every
-    attempt with `timeout`.
+    The tool's client is synchronous (requests), so it runs in a daemon thread and never
+    blocks the event loop; a run that is cancelled (its timeout) stops waiting for it at
+    once, and the process can exit without waiting for the thread. Its HTTP session
+    retries 429s, 5xx answers and dropped connections with exponential backoff and
+    jitter, honouring `Retry-After` up to `MAX_RETRY_AFTER` seconds (a longer one fails at
+    once instead of sleeping), and bounds every attempt with `timeout`. An answer that is
+    not Tavily's shape (no `results` list, a result without `content` or `url`) is a
+    `SearchError`, not an empty result list.
 
     Args:
         api_key: the Tavily key.
@@ -68,7 +77,10 @@ class TavilySearch:
         timeout: seconds per HTTP attempt (connect and read).
         max_retries: attempts after the first, for 429, 5xx and dropped connections.
         backoff: base of the exponential backoff, in seconds.
+        concurrency: searches in flight at once (the size of the connection pool).
     """
+
+    MAX_RETRY_AFTER = 30.0
 
     def __init__(
         self,
@@ -79,22 +91,35 @@ class TavilySearch:
         timeout: float = 20.0,
         max_retries: int = 2,
         backoff: float = 0.5,
+        concurrency: int = 16,
     ) -> None:
         from llama_index.tools.tavily_research import TavilyToolSpec
         from tavily import TavilyClient
 
+        register_secret(api_key)
         self.tool = TavilyToolSpec(api_key=api_key)
-        session = _retrying_session(timeout=timeout, max_retries=max_retries, backoff=backoff)
+        session = _retrying_session(
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            pool_size=concurrency,
+            max_retry_after=self.MAX_RETRY_AFTER,
+        )
         self.tool.client = TavilyClient(
             api_key=api_key, api_base_url=base_url.rstrip("/") if base_url else None, session=session
         )
         self.top_k = top_k
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self._slots = threading.BoundedSemaphore(concurrency)
 
     async def search(self, query: str) -> list[NodeWithScore]:
         try:
-            documents = await asyncio.to_thread(self.tool.search, query, max_results=self.top_k)
+            documents = await _in_daemon_thread(self._search, query)
+        except SearchError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the client raises many kinds
-            raise SearchError(f"Tavily search failed: {type(exc).__name__}: {exc}") from exc
+            raise SearchError(f"Tavily search failed: {redact(self._explain(exc))}") from exc
         return [
             NodeWithScore(
                 node=TextNode(
@@ -107,10 +132,80 @@ class TavilySearch:
             for i, doc in enumerate(documents)
         ]
 
+    def _search(self, query: str) -> list:
+        with self._slots:
+            return self.tool.search(query, max_results=self.top_k)
 
-def _retrying_session(*, timeout: float, max_retries: int, backoff: float):  # noqa: ANN202
+    def _explain(self, exc: BaseException) -> str:
+        """One line naming what went wrong, without urllib3's nested reprs."""
+        import requests
+        from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError, TimeoutError
+
+        reason: BaseException = exc
+        if isinstance(exc, requests.ConnectionError) and exc.args and isinstance(exc.args[0], MaxRetryError):
+            reason = exc.args[0].reason or exc
+        attempts = f"{self.max_retries + 1} attempt(s)"
+        if isinstance(reason, NewConnectionError):  # before TimeoutError: urllib3 derives it from that
+            return f"ConnectionError: cannot connect to {self.tool.client.base_url}, {attempts}"
+        if isinstance(reason, (TimeoutError, requests.Timeout)) or type(exc).__name__ == "TimeoutError":
+            return f"TimeoutError: no answer within {self.timeout:g} s per attempt, {attempts}"
+        if isinstance(reason, ProtocolError):
+            return f"ConnectionError: the server hung up without answering, {attempts}"
+        if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+            return "ConnectionError: the answer was cut off before its end"
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _in_daemon_thread(function: Callable[..., T], *args: object) -> asyncio.Future[T]:
+    """`function(*args)` in a daemon thread, as a future of the running loop.
+
+    Unlike `asyncio.to_thread`, nothing waits for the thread once the future is
+    cancelled: neither the run nor `asyncio.run`'s shutdown of the default executor.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(setter: Callable[[Any], None], value: object) -> None:
+        if not future.done():
+            setter(value)
+
+    def work() -> None:
+        try:
+            outcome: tuple[Callable[[Any], None], object] = (future.set_result, function(*args))
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            outcome = (future.set_exception, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    threading.Thread(target=work, name="crag-web-search", daemon=True).start()
+    return future
+
+
+def _check_search_answer(response, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+    """A requests response hook: a 200 from /search must be Tavily's JSON shape."""
+    if response.status_code != 200 or not response.request.path_url.split("?")[0].endswith("/search"):
+        return
+    try:
+        body = response.json()
+    except ValueError as exc:
+        raise SearchError(f"Tavily search failed: the answer is not JSON ({exc}).") from None
+    if not isinstance(body, dict) or not isinstance(body.get("results"), list):
+        found = f"keys {sorted(body)[:8]}" if isinstance(body, dict) else f"a JSON {type(body).__name__}"
+        raise SearchError(f"Tavily search failed: the answer has no 'results' list ({found}).")
+    for number, result in enumerate(body["results"], start=1):
+        for key in ("content", "url"):
+            if not isinstance(result, dict) or not isinstance(result.get(key), str):
+                raise SearchError(f"Tavily search failed: result {number} of the answer has no '{key}' text.")
+
+
+def _retrying_session(  # noqa: ANN202
+    *, timeout: float, max_retries: int, backoff: float, pool_size: int = 10, max_retry_after: float = 30.0
+):
     import requests
     from requests.adapters import HTTPAdapter
+    from urllib3.exceptions import InvalidHeader, MaxRetryError, ResponseError
     from urllib3.util.retry import Retry
 
     class _TimeoutAdapter(HTTPAdapter):
@@ -118,7 +213,21 @@ def _retrying_session(*, timeout: float, max_retries: int, backoff: float):  # n
             kwargs["timeout"] = min(kwargs.get("timeout") or timeout, timeout)
             return super().send(request, **kwargs)
 
-    retry = Retry(
+    class _Retry(Retry):
+        def get_retry_after(self, response):  # noqa: ANN001, ANN202
+            try:
+                return super().get_retry_after(response)
+            except InvalidHeader:  # "Retry-After: soon": use the backoff instead
+                return None
+
+        def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):  # noqa: ANN001, ANN202
+            wait = self.get_retry_after(response) if response is not None else None
+            if wait is not None and wait > max_retry_after:
+                # Sleeping that long would outlast the run; give the client the answer now.
+                raise MaxRetryError(_pool, url, ResponseError(f"Retry-After {wait:g} s"))
+            return super().increment(method, url, response, error, _pool, _stacktrace)
+
+    retry = _Retry(
         total=max_retries,
         backoff_factor=backoff,
         backoff_jitter=backoff,
@@ -129,7 +238,16 @@ def _retrying_session(*, timeout: float, max_retries: int, backoff: float):  # n
         raise_on_status=False,  # the last answer reaches the client, which names the error
     )
     session = requests.Session()
-    adapter = _TimeoutAdapter(max_retries=retry)
+    adapter = _TimeoutAdapter(max_retries=retry, pool_maxsize=pool_size)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
+    def check_retry_after(response, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        wait = retry.get_retry_after(response) if response.status_code in (429, 503) else None
+        if wait is not None and wait > max_retry_after:
+            raise SearchError(
+                f"Tavily search failed: HTTP {response.status_code}, and the server asks to wait "
+                f"{wait:.0f} s before trying again (Retry-After); crag waits at most {max_retry_after:g} s."
+            )
+
+    session.hooks["response"] = [check_retry_after, _check_search_answer]
     return session

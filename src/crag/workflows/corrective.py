@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 
-from crag.errors import ConfigError, CragError, QueryError, StepError
+from crag.errors import ConfigError, CragError, QueryError, StepError, redact
 from crag.events import (
     CragResult,
     Grade,
@@ -218,6 +218,8 @@ class CorrectiveRAGWorkflow(Workflow):
         async with _recording(ctx, "synthesize", ev) as record:
             try:
                 answer, sources = await self.synthesizer.synthesize(state.query, strips)
+                if not answer.strip():
+                    raise ValueError("it returned an empty answer")
             except Exception as exc:  # noqa: BLE001 - any synthesizer failure has the same remedy
                 record.degraded = f"synthesizer failed ({_describe(exc)}); extractive answer"
                 answer, sources = await self.fallback_synthesizer.synthesize(state.query, strips)
@@ -278,7 +280,8 @@ async def _recording(ctx: Context[RunState], name: str, ev: Any) -> AsyncIterato
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:300]
+    """One line for the trace and `degraded`, without API keys (an error body may echo one)."""
+    return redact(f"{type(exc).__name__}: {exc}")[:300]
 
 
 def run_sync(start: Callable[[], Awaitable[T]]) -> T:

@@ -1,23 +1,20 @@
-"""Draw a workflow's graph of possible flows: a self-contained HTML page, or Mermaid text.
+"""Place a workflow's graph (the engine's own `WorkflowGraph`) top to bottom, in Python.
 
-Built on the engine's own graph data (`get_workflow_representation`) rather than
-llama-index-utils-workflow, whose pyvis page loads vis-network from a CDN and is blank offline.
-The page is one inline SVG: no scripts, stylesheets or fonts are fetched from anywhere.
+A layered layout in the Sugiyama style: cycles broken by a DFS from the start event,
+longest-path layers, barycenter ordering and x placement. Drawing is `crag.render.svg`'s job.
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
-from html import escape
-from inspect import cleandoc
 
-from workflows import Workflow
-from workflows.representation import WorkflowGraph, WorkflowGraphNode, get_workflow_representation
+from workflows.representation import WorkflowGraph, WorkflowGraphNode
 
 # Labels are code names in a monospace font, so a box sized by character count always fits them.
 FONT, CHAR_W, NODE_H, PAD_X = 13, 7.9, 34, 16
+NOTE_CHAR_W, NOTE_H = 6.7, 50  # a node with a note (a second, smaller line) is taller
 LAYER_GAP, NODE_GAP, DUMMY_GAP, MARGIN, LEGEND_H = 46, 28, 14, 24, 36
 MONO = "ui-monospace, SFMono-Regular, Menlo, Consolas, 'DejaVu Sans Mono', monospace"
 PILLS = ("event", "start", "stop")
@@ -38,6 +35,8 @@ class Node:
     kind: str  # a key of STYLE
     tip: str
     w: float
+    h: float = NODE_H
+    note: str | None = None  # a second line under the label, e.g. a step's time in one run
     layer: int = -1
     x: float = 0.0  # centre
     y: float = 0.0  # centre
@@ -65,7 +64,8 @@ class Layout:
     height: float
 
 
-def _node(n: WorkflowGraphNode) -> Node:
+def to_node(n: WorkflowGraphNode, note: str | None = None) -> Node:
+    """The box for a graph node: its kind (a key of STYLE), tooltip and size."""
     kind = {"step": "step", "resource": "resource", "resource_config": "resource"}.get(n.node_type)
     tip = getattr(n, "description", None) or getattr(n, "type_name", None) or n.label
     if n.node_type == "event":
@@ -76,12 +76,17 @@ def _node(n: WorkflowGraphNode) -> Node:
         tip = f"{' ← '.join(n.event_types)}\nfields: {fields}\nproduced by: {by}"
     kind = kind or "external"
     pad = NODE_H * 0.4 if kind in PILLS else 0  # pills lose width to their round ends
-    return Node(n.id, n.label, kind, tip, len(n.label) * CHAR_W + 2 * PAD_X + pad)
+    w = max(len(n.label) * CHAR_W, len(note or "") * NOTE_CHAR_W) + 2 * PAD_X + pad
+    return Node(n.id, n.label, kind, tip, w, NOTE_H if note else NODE_H, note)
 
 
-def layout(graph: WorkflowGraph) -> Layout:
-    """Layered layout: break cycles, longest-path layers, barycenter order, then x placement."""
-    nodes = {n.id: _node(n) for n in graph.nodes}
+def layout(graph: WorkflowGraph, notes: Mapping[str, str] | None = None) -> Layout:
+    """Layered layout: break cycles, longest-path layers, barycenter order, then x placement.
+
+    `notes` maps node ids to a second line drawn under their label (boxes grow to fit).
+    """
+    notes = notes or {}
+    nodes = {n.id: to_node(n, notes.get(n.id)) for n in graph.nodes}
     kept = [e for e in graph.edges if e.source != e.target and {e.source, e.target} <= set(nodes)]
     succ = defaultdict(list)
     for e in kept:
@@ -137,21 +142,22 @@ def layout(graph: WorkflowGraph) -> Layout:
     rows = _order(rows, up, down)
     x = _place(rows, up, down, width)
     left = min((x[v] - width[v] / 2 for v in x), default=0.0)
-    y = {v: MARGIN + NODE_H / 2 + i * (NODE_H + LAYER_GAP) for i, r in enumerate(rows) for v in r}
+    row_h = max((n.h for n in nodes.values()), default=NODE_H)
+    y = {v: MARGIN + row_h / 2 + i * (row_h + LAYER_GAP) for i, r in enumerate(rows) for v in r}
     x = {v: x[v] + MARGIN - left for v in x}
     for v, n in nodes.items():
         n.x, n.y = x[v], y[v]
     ports = _ports(nodes, up, down, x)
     edges = []
     for e, (s, t), chain in zip(kept, dag, chains):  # straight through dummy rows, curved between
-        pts = [(x[s] + ports[s, chain[1]].pop(), y[s] + NODE_H / 2)]
-        pts += [(x[d], y[d] + dy) for d in chain[1:-1] for dy in (-NODE_H / 2, NODE_H / 2)]
-        pts.append((x[t] + ports[t, chain[-2]].pop(), y[t] - NODE_H / 2))
+        pts = [(x[s] + ports[s, chain[1]].pop(), y[s] + nodes[s].h / 2)]
+        pts += [(x[d], y[d] + dy) for d in chain[1:-1] for dy in (-row_h / 2, row_h / 2)]
+        pts.append((x[t] + ports[t, chain[-2]].pop(), y[t] - nodes[t].h / 2))
         rev = (s, t) != (e.source, e.target)
         edges.append(Edge(e.source, e.target, e.label, pts[::-1] if rev else pts, rev))
     layers = [[v for v in row if v in nodes] for row in rows]
     right = max((x[v] + width[v] / 2 for v in x), default=0.0) + MARGIN
-    bottom = max(y.values(), default=0.0) + NODE_H / 2 + MARGIN
+    bottom = max(y.values(), default=0.0) + row_h / 2 + MARGIN
     return Layout(graph.name, graph.description, nodes, layers, edges, right, bottom)
 
 
@@ -201,103 +207,3 @@ def _ports(nodes: dict[str, Node], up: dict, down: dict, x: dict) -> dict[tuple[
             for k, u in enumerate(sorted(nbrs, key=x.get)):
                 ports[v, u].append((k - (len(nbrs) - 1) / 2) * gap)
     return ports
-
-
-def _box(kind: str, x: float, y: float, w: float, h: float) -> str:
-    fill, stroke, _, _ = STYLE[kind]
-    rx, line = (h / 2 if kind in PILLS else 7), (2.5 if kind in ("start", "stop") else 1.5)
-    dash = ' stroke-dasharray="4 3"' if kind == "external" else ""
-    return (f'<rect x="{x - w / 2:.1f}" y="{y - h / 2:.1f}" width="{w:.1f}" height="{h:.1f}" '
-            f'rx="{rx:.1f}" fill="{fill}" stroke="{stroke}" stroke-width="{line}"{dash}/>')
-
-
-def _text(x: float, y: float, text: str, **attrs: str) -> str:
-    extra = "".join(f' {k.replace("_", "-")}="{v}"' for k, v in attrs.items())
-    return f'<text x="{x:.1f}" y="{y:.1f}" dominant-baseline="central"{extra}>{escape(text)}</text>'
-
-
-def _path(pts: list[tuple[float, float]]) -> str:
-    d = f"M{pts[0][0]:.1f},{pts[0][1]:.1f}"
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        m = (y0 + y1) / 2  # vertical tangents at both ends: S-curves that leave and enter upright
-        d += f" C{x0:.1f},{m:.1f} {x1:.1f},{m:.1f}" if abs(x0 - x1) > 0.5 else " L"
-        d += f" {x1:.1f},{y1:.1f}"
-    return d
-
-
-def svg(lay: Layout) -> str:
-    """The layout as one standalone SVG element (valid XML), with a legend on top."""
-    parts, lx = [], MARGIN
-    for kind, (*_, caption) in STYLE.items():  # legend: only the kinds this graph has
-        if any(n.kind == kind for n in lay.nodes.values()):
-            parts += [_box(kind, lx + 16, MARGIN, 32, 16), _text(lx + 40, MARGIN, caption,
-                      font_family="system-ui, sans-serif", fill="#334155")]
-            lx += 56 + 7 * len(caption)
-    parts.append(f'<g transform="translate(0 {LEGEND_H})">')
-    for e in lay.edges:  # edges first, so boxes sit on top of arrow ends
-        dash = ' stroke-dasharray="6 4"' if e.back else ""
-        parts.append(f'<path d="{_path(e.points)}" fill="none" stroke="#64748b" stroke-width="1.6"'
-                     f'{dash} marker-end="url(#arrow)"/>')
-        if e.label:  # a white halo keeps the label readable where it crosses a line
-            (x0, y0), (x1, y1) = e.points[0], e.points[-1]
-            halo = {"stroke": "#fff", "stroke_width": "3", "paint_order": "stroke"}
-            parts.append(_text((x0 + x1) / 2 + 5, (y0 + y1) / 2, e.label, font_size="11",
-                               fill="#475569", **halo))
-    for n in lay.nodes.values():
-        label = _text(n.x, n.y, n.label, text_anchor="middle", fill=STYLE[n.kind][2],
-                      font_weight="bold" if n.kind == "step" else "normal")
-        parts.append(f'<g class="node {n.kind}"><title>{escape(n.tip)}</title>'
-                     f'{_box(n.kind, n.x, n.y, n.w, NODE_H)}{label}</g>')
-    w, h = max(lay.width, lx + MARGIN), lay.height + LEGEND_H
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w:.0f} {h:.0f}" '
-            f'width="{w:.0f}" height="{h:.0f}" font-family="{MONO}" font-size="{FONT}">'
-            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="9" '
-            'markerHeight="9" markerUnits="userSpaceOnUse" orient="auto">'
-            '<path d="M0,0 L10,5 L0,10 z" fill="#475569"/></marker></defs>')
-    return "\n".join([head, *parts, "</g></svg>"])
-
-
-def graph_html(workflow: Workflow | type[Workflow], *, title: str = "crag workflow") -> str:
-    """A complete offline HTML page drawing every step and event of a workflow class or instance."""
-    lay = layout(get_workflow_representation(workflow))  # a class will do: no index or model
-    kinds = [n.kind for n in lay.nodes.values()]
-    cls = workflow if isinstance(workflow, type) else type(workflow)
-    about = escape(cleandoc(cls.__doc__ or "").split("\n\n")[0])  # its own, not Workflow's
-    about = f" — {about}" if about else ""
-    steps, events = kinds.count("step"), sum(k in PILLS for k in kinds)
-    counts = f"{steps} step{'s' * (steps != 1)}, {events} event{'s' * (events != 1)}"
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
-<style>
-body {{ margin: 24px; font-family: system-ui, sans-serif; color: #0f172a; background: #fff; }}
-h1 {{ font-size: 20px; margin: 0 0 4px; }} p {{ margin: 0 0 8px; color: #475569; }}
-svg {{ max-width: 100%; height: auto; }} .node:hover rect {{ filter: brightness(0.92); }}
-</style></head>
-<body><h1>{escape(title)}</h1><p><code>{escape(lay.name)}</code>{about}</p>
-<p><small>{counts}. Hover a step for what it does, an event for its fields.</small></p>
-{svg(lay)}
-</body></html>
-"""
-
-
-def mermaid(workflow: Workflow | type[Workflow]) -> str:
-    """Mermaid `flowchart TD` text of the same graph: one `-->` line per edge, read top down."""
-    graph = get_workflow_representation(workflow)
-    rank = {v: i for i, v in enumerate(v for row in layout(graph).layers for v in row)}
-    # Prefixed ids: a step and an event may share a name, and none is a keyword like `end`.
-    prefix = {"step": "step_", "event": "ev_"}
-    ids = {n.id: prefix.get(n.node_type, "n_") + re.sub(r"\W", "_", n.id, flags=re.A)
-           for n in graph.nodes}
-    shape = {"step": '["{}"]', "resource": '[("{}")]', "external": '[/"{}"/]'}
-    lines, kinds = ["flowchart TD"], {}
-    for n in sorted(graph.nodes, key=lambda n: rank[n.id]):
-        kind = _node(n).kind
-        kinds[kind] = STYLE[kind]
-        box = shape.get(kind, '(["{}"])').format(n.label.replace('"', "#quot;"))  # events: pills
-        lines.append(f"    {ids[n.id]}{box}:::{kind}")
-    for e in sorted(graph.edges, key=lambda e: (rank.get(e.source, -1), rank.get(e.target, -1))):
-        arrow = f'-->|"{e.label.replace(chr(34), "#quot;")}"|' if e.label else "-->"
-        lines.append(f"    {ids.get(e.source, e.source)} {arrow} {ids.get(e.target, e.target)}")
-    lines += [f"    classDef {k} fill:{f},stroke:{s},color:{c}"
-              for k, (f, s, c, _) in kinds.items()]
-    return "\n".join(lines) + "\n"

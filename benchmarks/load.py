@@ -1,0 +1,258 @@
+"""Load: many concurrent questions through one crag workflow, with faulty servers.
+
+    .venv/bin/python benchmarks/load.py [--queries 200] [--fault-rate 0.1] [--seed 7]
+
+One `CorrectiveRAGWorkflow` (LLM grader, rewriter and synthesizer; Tavily web search),
+`--queries` concurrent `run()`s on it. The LLM and Tavily are loopback servers on
+127.0.0.1 (tests/loopback.py) that answer a fraction `--fault-rate` of requests with a
+fault drawn at random (seeded, so a run is repeatable): HTTP 500, HTTP 429 with
+`Retry-After: 1`, a connection reset, or no answer until past the client's timeout.
+Half the questions are answered by the small index (Correct), half need the web.
+
+Every query must end as an answer (perhaps degraded: a fallback stood in for a failed
+component) or as a `CragError` / `WorkflowTimeoutError` with a message; anything else
+is counted as unhandled, and so is any exception an asyncio task dropped on the floor.
+It prints one line:
+
+    load: 200 queries, 200 answered (17 degraded), 0 errors, 0 unhandled, p50 0.21 s, p95 0.80 s, wall 4.2 s
+
+and exits 1 if anything was unhandled or unanswered. Bounded: every server fault costs
+at most `--timeout` seconds per attempt, every run is cancelled at `--run-timeout`, and
+the whole load at `--budget` seconds. Nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from loopback import (  # noqa: E402 - tests/ is put on the path just above
+    Drop,
+    LoopbackServer,
+    Reply,
+    Stall,
+    chaos,
+    openai_chat,
+    tavily_result,
+    tavily_search,
+)
+from workflows.errors import WorkflowTimeoutError  # noqa: E402
+
+import crag  # noqa: E402
+
+TOPICS = {
+    "battery": "The Zephyr drone battery lasts 42 minutes per charge. Store it at half charge.",
+    "charger": "The Zephyr charger fills an empty battery in about two hours.",
+    "camera": "The Zephyr camera records 4K video at 60 frames per second.",
+    "warranty": "The Zephyr warranty covers manufacturing defects for two years.",
+    "range": "The Zephyr remote controller reaches the drone up to 8 kilometres away.",
+    "weight": "The Zephyr drone weighs 249 grams, under the registration limit.",
+}
+INTERNAL_QUESTIONS = [
+    "How long does the Zephyr battery last?",
+    "How long does the Zephyr charger take to fill the battery?",
+    "What video does the Zephyr camera record?",
+    "What does the Zephyr warranty cover?",
+    "How far does the Zephyr remote controller reach?",
+    "How much does the Zephyr drone weigh?",
+]
+WEB_QUESTIONS = [
+    "Who painted the Mona Lisa?",
+    "Who invented the telephone?",
+    "When did the Berlin Wall fall?",
+    "What is the capital of Australia?",
+    "Who wrote War and Peace?",
+]
+WEB_PAGES = [
+    tavily_result("Mona Lisa", "https://example.org/mona-lisa", "The Mona Lisa was painted by Leonardo da Vinci."),
+    tavily_result("Telephone", "https://example.org/telephone", "Alexander Graham Bell patented the telephone in 1876."),
+    tavily_result("Berlin Wall", "https://example.org/berlin-wall", "The Berlin Wall fell on 9 November 1989."),
+    tavily_result("Canberra", "https://example.org/canberra", "Canberra is the capital city of Australia."),
+    tavily_result("War and Peace", "https://example.org/war-and-peace", "Leo Tolstoy wrote War and Peace."),
+]
+
+
+def questions(n: int) -> list[str]:
+    """`n` distinct questions, alternating between the index and the web."""
+    pool = [q for pair in zip(INTERNAL_QUESTIONS, WEB_QUESTIONS) for q in pair]
+    return [f"{pool[i % len(pool)]} (case {i})" for i in range(n)]
+
+
+def model_reply(prompt: str) -> str:
+    """A plausible model: grades by shared words, rewrites to keywords, cites passage 1."""
+    if "Rate how relevant the document is" in prompt:
+        question = prompt.split("Question:", 1)[1].split("\n", 1)[0].lower()
+        document = prompt.split("Document:", 1)[1].split("Rate how relevant", 1)[0].lower()
+        shared = {w for w in re.findall(r"[a-z]{4,}", question)} & set(re.findall(r"[a-z]{4,}", document))
+        return "9" if len(shared - {"zephyr", "does", "what", "long", "much"}) else "1"
+    if prompt.startswith("Rewrite the question"):
+        question = prompt.split("Question:", 1)[1].split("\n", 1)[0]
+        return " ".join(w for w in re.findall(r"[A-Za-z]{4,}", question) if w.lower() != "case")
+    return "From the passages: see [1]."
+
+
+def web_results(body: dict) -> list[dict]:
+    words = set(re.findall(r"[a-z]{4,}", str(body.get("query", "")).lower()))
+    return [p for p in WEB_PAGES if words & set(re.findall(r"[a-z]{4,}", (p["title"] + p["content"]).lower()))]
+
+
+@dataclass
+class LoadReport:
+    queries: int = 0
+    answered: int = 0
+    degraded: int = 0
+    errors: Counter = field(default_factory=Counter)  # CragError / timeout messages, by type
+    unhandled: list[str] = field(default_factory=list)  # anything else, one line each
+    latencies: list[float] = field(default_factory=list)
+    wall: float = 0.0
+    llm_requests: int = 0
+    search_requests: int = 0
+    degradations: Counter = field(default_factory=Counter)  # by step
+
+    def percentile(self, q: float) -> float:
+        if not self.latencies:
+            return 0.0
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    def line(self) -> str:
+        return (
+            f"load: {self.queries} queries, {self.answered} answered ({self.degraded} degraded), "
+            f"{sum(self.errors.values())} errors, {len(self.unhandled)} unhandled, "
+            f"p50 {self.percentile(0.5):.2f} s, p95 {self.percentile(0.95):.2f} s, wall {self.wall:.1f} s"
+        )
+
+
+def build_index(root: Path) -> Path:
+    docs = root / "docs"
+    docs.mkdir()
+    for name, text in TOPICS.items():
+        (docs / f"{name}.md").write_text(f"# {name.title()}\n{text}\n", encoding="utf-8")
+    crag.ingest([docs], root / "index")
+    return root / "index"
+
+
+async def run_load(
+    n: int = 200,
+    *,
+    fault_rate: float = 0.1,
+    seed: int = 7,
+    timeout: float = 1.0,
+    retries: int = 2,
+    run_timeout: float = 30.0,
+    budget: float = 120.0,
+) -> LoadReport:
+    """`n` concurrent queries through one workflow against faulty loopback servers."""
+    report = LoadReport(queries=n)
+    loop = asyncio.get_running_loop()
+    previous_handler = loop.get_exception_handler()
+
+    def dropped(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        # An exception no one awaited (a task that died in the background) is unhandled too.
+        exc = context.get("exception")
+        report.unhandled.append(f"background: {type(exc).__name__ if exc else ''} {context.get('message')}")
+
+    llm_faults = [
+        Reply(500, {"error": {"message": "overloaded", "type": "server_error"}}),
+        Reply(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": "1"}),
+        Drop(reset=True),
+        Stall(timeout * 3),
+    ]
+    web_faults = [
+        Reply(500, {"detail": {"error": "overloaded"}}),
+        Reply(429, {"detail": {"error": "rate limited"}}, {"Retry-After": "1"}),
+        Drop(reset=True),
+        Stall(timeout * 3),
+    ]
+    llm_handler = chaos(openai_chat(model_reply), rate=fault_rate, faults=llm_faults, seed=seed)
+    web_handler = chaos(tavily_search(web_results), rate=fault_rate, faults=web_faults, seed=seed)
+    with tempfile.TemporaryDirectory() as tmp, LoopbackServer(llm_handler) as llm, LoopbackServer(web_handler) as web:
+        index_dir = build_index(Path(tmp))
+        settings = crag.Settings.load(
+            env={
+                "OPENAI_BASE_URL": llm.url + "/v1",
+                "OPENAI_API_KEY": "sk-load-test",
+                "TAVILY_API_KEY": "tvly-load-test",
+            },
+            index={"path": index_dir},
+            llm={"timeout": timeout, "max_retries": retries},
+            web_search={"base_url": web.url, "timeout": timeout, "max_retries": retries},
+            run={"timeout": run_timeout},
+        )
+        workflow = crag.build_workflow(settings)
+
+        async def one(question: str) -> None:
+            started = time.perf_counter()
+            try:
+                result = await workflow.run(query=question)
+            except (crag.CragError, WorkflowTimeoutError) as exc:
+                report.errors[f"{type(exc).__name__}: {str(exc)[:80]}"] += 1
+            except Exception as exc:  # noqa: BLE001 - the point is to count these
+                report.unhandled.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+            else:
+                if result.answer.strip():
+                    report.answered += 1
+                else:
+                    report.unhandled.append(f"empty answer to {question!r}")
+                report.degraded += bool(result.degraded)
+                report.degradations.update(d.split(":", 1)[0] for d in result.degraded)
+            report.latencies.append(time.perf_counter() - started)
+
+        loop.set_exception_handler(dropped)
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(asyncio.gather(*(one(q) for q in questions(n))), budget)
+        except asyncio.TimeoutError:
+            report.unhandled.append(f"the load did not finish within its budget of {budget:g} s")
+        finally:
+            report.wall = time.perf_counter() - started
+            loop.set_exception_handler(previous_handler)
+        report.llm_requests, report.search_requests = len(llm.requests), len(web.requests)
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--fault-rate", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--timeout", type=float, default=1.0, help="per-attempt timeout, LLM and search")
+    parser.add_argument("--run-timeout", type=float, default=30.0)
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds for the whole load")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print what degraded and why")
+    args = parser.parse_args()
+    report = asyncio.run(
+        run_load(
+            args.queries,
+            fault_rate=args.fault_rate,
+            seed=args.seed,
+            timeout=args.timeout,
+            run_timeout=args.run_timeout,
+            budget=args.budget,
+        )
+    )
+    print(report.line())
+    if args.verbose:
+        print(f"  requests: {report.llm_requests} to the LLM, {report.search_requests} to Tavily")
+        print(f"  degraded steps: {dict(report.degradations)}")
+        print(f"  mean latency {statistics.fmean(report.latencies or [0]):.2f} s")
+        for message, count in report.errors.most_common():
+            print(f"  error x{count}: {message}")
+        for message in report.unhandled[:20]:
+            print(f"  unhandled: {message}")
+    ok = not report.unhandled and report.answered + sum(report.errors.values()) == report.queries
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""Runs every system on every question once, and records what each run did.
+
+The index is built once per evaluation, from the corpus minus the dropped gold passages;
+each system's workflow is built once and reused for every question. Questions run
+concurrently up to a bound (offline components are CPU-bound, so the default there is
+one at a time, which also keeps per-question latencies honest).
+
+What a run retrieved and what its synthesizer read are observed by thin wrappers
+around the workflow's `retriever` and `synthesizer`, which report to the question
+being run through a context variable (the engine's step tasks inherit it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+from typing import Any, Literal
+
+from llama_index.core.schema import NodeWithScore
+from pydantic import BaseModel, Field
+
+from crag.config import Settings
+from crag.errors import ConfigError
+from crag.evaluation.datasets import (
+    GoldDrop,
+    Passage,
+    Question,
+    check_gold_in_corpus,
+    drop_gold,
+    load_corpus,
+    load_questions,
+    write_corpus,
+)
+from crag.evaluation.metrics import contains_answer
+from crag.evaluation.systems import System, resolve_systems
+from crag.events import Strip
+from crag.index import ChunkIndex, ingest
+
+Split = Literal["gold-present", "gold-dropped"]
+
+
+class ChunkJudgement(BaseModel):
+    """One retrieved chunk: its grade, and the truth to judge the grade by."""
+
+    score: float
+    is_gold: bool = Field(description="The chunk comes from the question's gold passage.")
+    has_answer: bool = Field(description="The chunk's text contains a gold answer string.")
+
+
+class Outcome(BaseModel):
+    """What one system did with one question."""
+
+    system: str
+    question_id: str
+    split: Split
+    answer: str = ""
+    correct: bool = False
+    gold_retrieved: bool | None = Field(None, description="The gold passage is among the retrieved chunks.")
+    gold_in_context: bool | None = Field(None, description="The gold passage reached the synthesizer.")
+    verdict: str | None = None
+    chunks: list[ChunkJudgement] = Field(default_factory=list)
+    llm_calls: int = 0
+    search_calls: int = 0
+    seconds: float = 0.0
+    degraded: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class EvalOptions:
+    """What to evaluate; mirrors the `crag eval` flags."""
+
+    dataset: Path
+    corpus: Path
+    web_corpus: Path | None = None
+    drop_gold: float = 0.0
+    seed: int = 0
+    systems: str | Sequence[str] = ("rag", "crag")
+    limit: int | None = None
+    concurrency: int | None = None
+
+
+@dataclass
+class EvalRun:
+    """Everything an evaluation produced, before summarising."""
+
+    options: EvalOptions
+    settings: Settings
+    questions: list[Question]
+    drop: GoldDrop
+    systems: list[System]
+    outcomes: list[Outcome]
+    index_chunks: int
+    seconds: float
+    index_seconds: float
+    concurrency: int = 1
+    per_system_seconds: dict[str, float] = field(default_factory=dict)
+
+
+
+def evaluate(options: EvalOptions, settings: Settings, *, progress: bool | None = None) -> EvalRun:
+    """Run an evaluation to completion from synchronous code (the CLI)."""
+    return asyncio.run(aevaluate(options, settings, progress=progress))
+
+
+async def aevaluate(options: EvalOptions, settings: Settings, *, progress: bool | None = None) -> EvalRun:
+    """Build the index once, then run every system on every question.
+
+    Args:
+        options: the files, the gold drop and the systems.
+        settings: component settings; the web search is forced to the local web corpus
+            (default: the full corpus, gold passages included).
+        progress: show a progress bar on stderr; None shows it when stderr is a terminal.
+
+    Raises:
+        CragError: a file is unusable, a system is unknown, or the settings are invalid.
+    """
+    started = perf_counter()
+    systems = resolve_systems(options.systems)
+    questions = load_questions(options.dataset)
+    if options.limit is not None:
+        if options.limit <= 0:
+            raise ConfigError(f"--limit must be positive, not {options.limit}.")
+        questions = questions[: options.limit]
+    passages = load_corpus(options.corpus)
+    check_gold_in_corpus(questions, passages)
+    drop = drop_gold(questions, options.drop_gold, options.seed)
+    web_corpus = options.web_corpus or options.corpus
+    settings = settings.model_copy(
+        update={"web_search": settings.web_search.model_copy(update={"kind": "local", "corpus": web_corpus})}
+    )
+    with tempfile.TemporaryDirectory(prefix="crag-eval-") as tmp:
+        index = build_index(passages, drop.doc_ids, Path(tmp), settings)
+    index_seconds = perf_counter() - started
+    concurrency = options.concurrency or _default_concurrency(settings)
+    nodes = {n.node_id: n for n in index.nodes}
+
+    outcomes: list[Outcome] = []
+    per_system: dict[str, float] = {}
+    bar = _progress_bar(len(systems) * len(questions), progress)
+    try:
+        for system in systems:
+            workflow = _instrument(system.build(settings, index))
+            limit = asyncio.Semaphore(concurrency)
+            system_started = perf_counter()
+
+            async def one(question: Question, system: System = system, workflow: Any = workflow) -> Outcome:
+                async with limit:
+                    outcome = await _run_one(system, workflow, question, drop, nodes)
+                bar.update(1)
+                return outcome
+
+            outcomes.extend(await asyncio.gather(*(one(q) for q in questions)))
+            per_system[system.name] = perf_counter() - system_started
+    finally:
+        bar.close()
+    return EvalRun(
+        options=options,
+        settings=settings,
+        questions=questions,
+        drop=drop,
+        systems=systems,
+        outcomes=outcomes,
+        index_chunks=len(index),
+        seconds=perf_counter() - started,
+        index_seconds=index_seconds,
+        concurrency=concurrency,
+        per_system_seconds=per_system,
+    )
+
+
+def build_index(passages: Sequence[Passage], exclude: Iterable[str], folder: Path, settings: Settings) -> ChunkIndex:
+    """Ingest `passages` minus the `exclude` doc ids into an index under `folder`, and load it."""
+    corpus = folder / "corpus.jsonl"
+    write_corpus(passages, corpus, exclude=exclude)
+    ingest(
+        [corpus],
+        folder / "index",
+        chunk_size=settings.index.chunk_size,
+        chunk_overlap=settings.index.chunk_overlap,
+    )
+    return ChunkIndex.load(folder / "index")
+
+
+def _default_concurrency(settings: Settings) -> int:
+    """One at a time offline (CPU-bound: concurrency adds nothing but skewed latencies);
+    eight when a model or web API is configured, whose calls wait on the network."""
+    remote = settings.llm.configured or settings.web_search.kind == "tavily"
+    return 8 if remote else 1
+
+
+def _progress_bar(total: int, show: bool | None) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="crag eval", unit="q", file=sys.stderr, disable=None if show is None else not show)
+
+
+# --- observing what a run retrieved and read -------------------------------------------
+
+@dataclass
+class _Observation:
+    retrieved: list[NodeWithScore] | None = None
+    context: list[Strip] | None = None
+
+
+_observing: contextvars.ContextVar[_Observation | None] = contextvars.ContextVar("crag_eval_observation", default=None)
+
+
+class _RetrieverProbe:
+    """Passes retrieval through, noting the first retrieval of the question being run."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def retrieve(self, query: str) -> list[NodeWithScore]:
+        chunks = await self.inner.retrieve(query)
+        observation = _observing.get()
+        if observation is not None and observation.retrieved is None:
+            observation.retrieved = list(chunks)
+        return chunks
+
+
+class _SynthesizerProbe:
+    """Passes synthesis through, noting the strips the synthesizer was given."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def synthesize(self, query: str, strips: Sequence[Strip]) -> Any:
+        observation = _observing.get()
+        if observation is not None:
+            observation.context = list(strips)
+        return await self.inner.synthesize(query, strips)
+
+
+def _instrument(workflow: Any) -> Any:
+    """Wrap the workflow's retriever and synthesizer, where it has them, with probes."""
+    if hasattr(workflow, "retriever"):
+        workflow.retriever = _RetrieverProbe(workflow.retriever)
+    if hasattr(workflow, "synthesizer"):
+        workflow.synthesizer = _SynthesizerProbe(workflow.synthesizer)
+    return workflow
+
+
+async def _run_one(
+    system: System, workflow: Any, question: Question, drop: GoldDrop, nodes: dict[str, Any]
+) -> Outcome:
+    split: Split = "gold-dropped" if drop.is_dropped(question) else "gold-present"
+    outcome = Outcome(system=system.name, question_id=question.id, split=split)
+    observation = _Observation()
+    token = _observing.set(observation)
+    started = perf_counter()
+    try:
+        result = await workflow.run(query=question.question)
+    except Exception as exc:  # noqa: BLE001 - one failed question must not lose the evaluation
+        outcome.error = f"{type(exc).__name__}: {exc}"[:300]
+        return outcome
+    finally:
+        outcome.seconds = perf_counter() - started
+        _observing.reset(token)
+    outcome.answer = result.answer
+    outcome.correct = contains_answer(result.answer, question.answers)
+    trace = getattr(result, "trace", None)
+    outcome.llm_calls = trace.llm_calls if trace is not None else 0
+    outcome.search_calls = trace.search_calls if trace is not None else 0
+    outcome.degraded = list(getattr(result, "degraded", []) or [])
+    if observation.context is not None:
+        outcome.gold_in_context = any(s.doc_id == question.doc_id for s in observation.context)
+    if observation.retrieved is not None:
+        outcome.gold_retrieved = any(_doc_id(c) == question.doc_id for c in observation.retrieved)
+    if system.grading:
+        outcome.verdict = result.verdict.value
+        scores = {g.chunk_id: g.score for g in result.grades}
+        for chunk in observation.retrieved or []:
+            if chunk.node.node_id in scores:
+                node = nodes.get(chunk.node.node_id, chunk.node)
+                outcome.chunks.append(
+                    ChunkJudgement(
+                        score=scores[chunk.node.node_id],
+                        is_gold=_doc_id(chunk) == question.doc_id,
+                        has_answer=contains_answer(node.get_content(), question.answers),
+                    )
+                )
+    return outcome
+
+
+def _doc_id(chunk: NodeWithScore) -> str | None:
+    return chunk.node.metadata.get("doc_id") or chunk.node.ref_doc_id

@@ -1,0 +1,159 @@
+"""Summarises an evaluation's outcomes: per system, overall and split by gold-present/dropped."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from crag.evaluation.metrics import (
+    VERDICTS,
+    BinaryReport,
+    VerdictAgreement,
+    binary_report,
+    mean,
+    percentile,
+    rate,
+    verdict_agreement,
+)
+from crag.evaluation.runner import EvalRun, Outcome
+
+SPLITS = ("all", "gold-present", "gold-dropped")
+
+
+class EvaluatorQuality(BaseModel):
+    """Each retrieved chunk's grade, thresholded at `upper`, against two labels."""
+
+    is_gold: BinaryReport = Field(description="Label: the chunk is from the gold passage.")
+    has_answer: BinaryReport = Field(description="Label: the chunk contains a gold answer string.")
+
+
+class SplitSummary(BaseModel):
+    """One system's results on one split of the questions."""
+
+    questions: int
+    answer_accuracy: float | None
+    gold_retrieved: float | None
+    gold_in_context: float | None
+    verdicts: dict[str, float] | None = None
+    verdict_agreement: VerdictAgreement | None = None
+    evaluator: EvaluatorQuality | None = None
+    llm_calls_per_question: float | None
+    search_calls_per_question: float | None
+    latency_p50: float | None
+    latency_p95: float | None
+    errors: int
+    degraded: int
+
+
+class SystemSummary(BaseModel):
+    name: str
+    description: str
+    seconds: float
+    splits: dict[str, SplitSummary]
+
+
+class EvalReport(BaseModel):
+    """The whole evaluation, as `crag eval --json` prints it."""
+
+    dataset: str
+    corpus: str
+    web_corpus: str
+    drop_gold: float
+    seed: int
+    questions: int
+    gold_dropped_questions: int
+    index_chunks: int
+    grader: dict[str, object]
+    synthesizer: str
+    concurrency: int
+    seconds: float
+    index_seconds: float
+    systems: list[SystemSummary]
+
+    def system(self, name: str) -> SystemSummary:
+        for s in self.systems:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+def summarize_split(outcomes: Sequence[Outcome], *, grading: bool, upper: float) -> SplitSummary:
+    """Answer accuracy, context rates, verdicts, evaluator quality, cost and latency."""
+    ran = [o for o in outcomes if o.error is None]
+    summary = SplitSummary(
+        questions=len(outcomes),
+        answer_accuracy=rate(o.correct for o in outcomes),  # a failed run counts as wrong
+        gold_retrieved=rate(o.gold_retrieved for o in ran),
+        gold_in_context=rate(o.gold_in_context for o in ran),
+        llm_calls_per_question=mean(o.llm_calls for o in ran),
+        search_calls_per_question=mean(o.search_calls for o in ran),
+        latency_p50=percentile((o.seconds for o in ran), 50),
+        latency_p95=percentile((o.seconds for o in ran), 95),
+        errors=len(outcomes) - len(ran),
+        degraded=sum(1 for o in ran if o.degraded),
+    )
+    if grading and ran:
+        summary.verdicts = {v: sum(o.verdict == v for o in ran) / len(ran) for v in VERDICTS}
+        summary.verdict_agreement = _verdict_agreement(ran)
+        chunks = [c for o in ran for c in o.chunks]
+        scores = [c.score for c in chunks]
+        summary.evaluator = EvaluatorQuality(
+            is_gold=binary_report([c.is_gold for c in chunks], scores, upper),
+            has_answer=binary_report([c.has_answer for c in chunks], scores, upper),
+        )
+    return summary
+
+
+def _verdict_agreement(outcomes: Sequence[Outcome]) -> VerdictAgreement:
+    """Verdicts against retrieval truth, for the outcomes that know whether gold was retrieved."""
+    known = [o for o in outcomes if o.gold_retrieved is not None and o.verdict is not None]
+    return verdict_agreement(
+        [o.verdict or "" for o in known],
+        [bool(o.gold_retrieved) for o in known],
+        [max((c.score for c in o.chunks), default=0.0) for o in known],
+    )
+
+
+def summarize(run: EvalRun) -> EvalReport:
+    """The report of a finished evaluation."""
+    settings = run.settings
+    upper = settings.grader.upper
+    llm = settings.llm.configured
+    grader_kind = "llm" if settings.grader.kind == "llm" or (settings.grader.kind == "auto" and llm) else "lexical"
+    synth_kind = settings.synthesizer.kind
+    if synth_kind == "auto":
+        synth_kind = "llm" if llm else "extractive"
+    systems = []
+    for system in run.systems:
+        mine = [o for o in run.outcomes if o.system == system.name]
+        splits = {
+            split: summarize_split(
+                [o for o in mine if split == "all" or o.split == split], grading=system.grading, upper=upper
+            )
+            for split in SPLITS
+        }
+        systems.append(
+            SystemSummary(
+                name=system.name,
+                description=system.description,
+                seconds=round(run.per_system_seconds.get(system.name, 0.0), 3),
+                splits=splits,
+            )
+        )
+    return EvalReport(
+        dataset=str(run.options.dataset),
+        corpus=str(run.options.corpus),
+        web_corpus=str(run.options.web_corpus or run.options.corpus),
+        drop_gold=run.options.drop_gold,
+        seed=run.options.seed,
+        questions=len(run.questions),
+        gold_dropped_questions=sum(run.drop.is_dropped(q) for q in run.questions),
+        index_chunks=run.index_chunks,
+        grader={"kind": grader_kind, "upper": upper, "lower": settings.grader.lower},
+        synthesizer=synth_kind,
+        concurrency=run.concurrency,
+        seconds=round(run.seconds, 3),
+        index_seconds=round(run.index_seconds, 3),
+        systems=systems,
+    )
