@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import weakref
 from collections.abc import Sequence
 from functools import cache, cached_property
 from pathlib import Path
@@ -130,11 +132,26 @@ def openai_llm(settings: LLMSettings) -> LLM:
     return llm
 
 
+# Chat requests one model object keeps in flight at once, per event loop; the rest wait
+# their turn. httpx's connection pool (httpcore) matches every queued request against
+# every connection each time one frees up: with ~1000 requests in flight (200 concurrent
+# runs grading 5 chunks each) that work starved the event loop and no request was sent.
+MAX_IN_FLIGHT = 64
+
+
 class _CheckedReplies:
-    """Chat replies that are usable or a clear error; error messages free of API keys.
+    """Chat replies that are usable or a clear error; error messages free of API keys;
+    at most `MAX_IN_FLIGHT` requests at once.
 
     Mixed into llama-index's OpenAI classes; the openai client gets `_client_retries`.
     """
+
+    def _in_flight(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        limits: weakref.WeakKeyDictionary = self._limits  # type: ignore[attr-defined]
+        if loop not in limits:
+            limits[loop] = asyncio.Semaphore(MAX_IN_FLIGHT)
+        return limits[loop]
 
     def _get_credential_kwargs(self, is_async: bool = False) -> dict[str, Any]:
         kwargs = super()._get_credential_kwargs(is_async)  # type: ignore[misc]
@@ -145,7 +162,8 @@ class _CheckedReplies:
         import openai
 
         try:
-            return await super().achat(messages, **kwargs)  # type: ignore[misc]
+            async with self._in_flight():
+                return await super().achat(messages, **kwargs)  # type: ignore[misc]
         except openai.APIError as exc:
             _scrub(exc)
             raise
@@ -175,8 +193,10 @@ def _checked_classes() -> tuple[type, type]:
 
     class CheckedOpenAI(_CheckedReplies, OpenAI):
         _client_retries: int = PrivateAttr(default=2)
+        _limits: weakref.WeakKeyDictionary = PrivateAttr(default_factory=weakref.WeakKeyDictionary)
 
     class CheckedOpenAILike(_CheckedReplies, OpenAILike):
         _client_retries: int = PrivateAttr(default=2)
+        _limits: weakref.WeakKeyDictionary = PrivateAttr(default_factory=weakref.WeakKeyDictionary)
 
     return CheckedOpenAI, CheckedOpenAILike

@@ -22,7 +22,7 @@ from crag.trace import RunTrace, StepRecord
 VERDICT = {  # verdict: (badge colour, what it meant for the run)
     "correct": ("#15803d", "retrieval was relevant: answered from your documents"),
     "ambiguous": ("#b45309", "unsure: answered from your documents and a web search, joined"),
-    "incorrect": ("#b91c1c", "retrieval was discarded: the query was rewritten and searched for"),
+    "incorrect": ("#b91c1c", "retrieval was discarded: the query was rewritten for a web search"),
 }
 BAR = "#3b82f6"
 CSS = """\

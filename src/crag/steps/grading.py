@@ -50,7 +50,7 @@ class LexicalEvaluator:
 
     name = "lexical"
 
-    def __init__(self, stats: TermStats, window: int = 2, *, partial: float = 0.0, min_prefix: int = 4) -> None:
+    def __init__(self, stats: TermStats, window: int = 2, *, partial: float = 0.8, min_prefix: int = 4) -> None:
         self.stats = stats
         self.window = window
         self.partial = partial
