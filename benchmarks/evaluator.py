@@ -80,8 +80,11 @@ class SetPairs:
 def collect(data: Path, name: str, drop: float, seed: int) -> SetPairs:
     index, retrievals = asyncio.run(
         retrieve_questions(
-            data / f"{name}-dev.jsonl", data / f"{name}-dev-corpus.jsonl", Settings.load(env={}),
-            drop_fraction=drop, seed=seed,
+            data / f"{name}-dev.jsonl",
+            data / f"{name}-dev-corpus.jsonl",
+            Settings.load(env={}),
+            drop_fraction=drop,
+            seed=seed,
         )
     )
     return SetPairs(name, index.term_stats, [p for r in retrievals for p in _pairs(name, r)])
@@ -103,6 +106,7 @@ def _pairs(name: str, r: Retrieval) -> list[Pair]:
 
 
 # --- candidate scores ----------------------------------------------------------------
+
 
 def lexical(partial: float, min_prefix: int = 4) -> Callable[[SetPairs], np.ndarray]:
     def score(sp: SetPairs) -> np.ndarray:
@@ -132,10 +136,16 @@ def wordllama_cosine(sp: SetPairs) -> np.ndarray:
     return np.clip((q * t).sum(axis=1), 0.0, 1.0)
 
 
-_YEAR = re.compile(r"\b(1\d{3}|20\d{2})s?\b|\b(january|february|march|april|may|june|july|august|"
-                   r"september|october|november|december|century)\b", re.IGNORECASE)
-_NUMBER = re.compile(r"\b\d[\d,.]*\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|hundred|"
-                     r"thousand|million|billion)\b", re.IGNORECASE)
+_YEAR = re.compile(
+    r"\b(1\d{3}|20\d{2})s?\b|\b(january|february|march|april|may|june|july|august|"
+    r"september|october|november|december|century)\b",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(
+    r"\b\d[\d,.]*\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|hundred|"
+    r"thousand|million|billion)\b",
+    re.IGNORECASE,
+)
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
 
 
@@ -167,15 +177,17 @@ def features(sp: SetPairs) -> np.ndarray:
         best = int(np.argmax(covs))
         pairs = set(zip(wanted, wanted[1:]))
         phrase = len(pairs & set(zip(text, text[1:]))) / len(pairs) if pairs else 0.0
-        rows.append([
-            weighted_coverage(wanted, set(text) | title, sp.stats),
-            covs[best],
-            phrase,
-            b,
-            c,
-            len(title & set(wanted)) / len(title) if title else 0.0,
-            answer_type_cue(p.question, " ".join(sents[best : best + 2])),
-        ])
+        rows.append(
+            [
+                weighted_coverage(wanted, set(text) | title, sp.stats),
+                covs[best],
+                phrase,
+                b,
+                c,
+                len(title & set(wanted)) / len(title) if title else 0.0,
+                answer_type_cue(p.question, " ".join(sents[best : best + 2])),
+            ]
+        )
     return np.array(rows)
 
 
@@ -197,6 +209,7 @@ def predict(w: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 # --- measuring --------------------------------------------------------------------------
 
+
 def question_auc(sp: SetPairs, scores: np.ndarray) -> float | None:
     best: dict[str, float] = {}
     retrieved: dict[str, bool] = {}
@@ -207,18 +220,44 @@ def question_auc(sp: SetPairs, scores: np.ndarray) -> float | None:
     return roc_auc([retrieved[i] for i in ids], [best[i] for i in ids])
 
 
-def row(name: str, sets: Sequence[SetPairs], scores: dict[str, np.ndarray], thresholds: dict[str, float]) -> list[str]:
-    cells = [name]
+@dataclass
+class Result:
+    """One candidate's scores on every set, and the threshold it is judged at on each."""
+
+    name: str
+    scores: dict[str, np.ndarray]
+    thresholds: dict[str, float]
+
+
+def auc_cells(result: Result, sets: Sequence[SetPairs]) -> list[str]:
+    cells = []
     for sp in sets:
-        s = scores[sp.name]
-        gold = [p.is_gold for p in sp.pairs]
-        answer = [p.has_answer for p in sp.pairs]
-        at = binary_report(gold, s, thresholds[sp.name])
+        s = result.scores[sp.name]
+        gold = roc_auc([p.is_gold for p in sp.pairs], s)
+        answer = roc_auc([p.has_answer for p in sp.pairs], s)
+        cells.append(f"{gold:.3f} / {answer:.3f} / {question_auc(sp, s):.3f}")
+    return cells
+
+
+def accuracy_cells(result: Result, sets: Sequence[SetPairs]) -> list[str]:
+    cells = []
+    for sp in sets:
+        s, t = result.scores[sp.name], result.thresholds[sp.name]
+        gold = binary_report([p.is_gold for p in sp.pairs], s, t)
+        answer = binary_report([p.has_answer for p in sp.pairs], s, t)
         cells.append(
-            f"{roc_auc(gold, s):.3f} / {roc_auc(answer, s):.3f} / {question_auc(sp, s):.3f} | "
-            f"{at.accuracy:.3f} / {at.balanced_accuracy:.3f}"
+            f"{100 * gold.accuracy:.1f} / {100 * gold.balanced_accuracy:.1f} / "
+            f"{100 * answer.accuracy:.1f}"
         )
     return cells
+
+
+def table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    print(f"\n{title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|---|" + "---:|" * (len(header) - 1))
+    for cells in rows:
+        print("| " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -229,49 +268,67 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     sets = [collect(args.data, name, args.drop_gold, args.seed) for name in args.sets.split(",")]
+    gold = [p.is_gold for sp in sets for p in sp.pairs]
 
     candidates: dict[str, Callable[[SetPairs], np.ndarray]] = {
         "lexical, exact terms (before)": lexical(0.0),
         "lexical + prefix credit 0.5": lexical(0.5),
-        "lexical + prefix credit 0.8": lexical(0.8),
+        "lexical + prefix credit 0.8 (shipped)": lexical(0.8),
         "lexical + prefix credit 1.0": lexical(1.0),
-        "lexical + prefix credit 0.8, prefix >= 5": lexical(0.8, 5),
+        "lexical + prefix credit 0.8, prefixes >= 5": lexical(0.8, 5),
         "BM25, normalised": bm25_normalised,
         "WordLlama cosine": wordllama_cosine,
     }
-    header = ["candidate", *(f"{sp.name}: AUC gold / answer / question \\| acc / bal.acc" for sp in sets)]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
+    results = []
     for name, fn in candidates.items():
         scores = {sp.name: fn(sp) for sp in sets}
-        pooled = fit_upper(
-            [p.is_gold for sp in sets for p in sp.pairs], np.concatenate([scores[sp.name] for sp in sets])
-        )
-        print("| " + " | ".join(row(f"{name} (t={pooled:.3f})", sets, scores, {sp.name: pooled for sp in sets})) + " |")
+        pooled = fit_upper(gold, np.concatenate([scores[sp.name] for sp in sets]))
+        results.append(Result(f"{name}, t={pooled:.3f}", scores, {sp.name: pooled for sp in sets}))
 
     feats = {sp.name: features(sp) for sp in sets}
     labels = {sp.name: np.array([p.is_gold for p in sp.pairs], dtype=float) for sp in sets}
-    loo_scores, loo_thresholds = {}, {}
+    loo = Result("logistic combination, leave-one-dataset-out", {}, {})
     for sp in sets:
         train = [o for o in sets if o.name != sp.name] or [sp]
         x = np.vstack([feats[o.name] for o in train])
         y = np.concatenate([labels[o.name] for o in train])
         w = fit_logistic(x, y)
-        loo_thresholds[sp.name] = fit_upper(y.astype(bool), predict(w, x))
-        loo_scores[sp.name] = predict(w, feats[sp.name])
-    print("| " + " | ".join(row("logistic combination, leave-one-dataset-out", sets, loo_scores, loo_thresholds)) + " |")
+        loo.thresholds[sp.name] = fit_upper(y.astype(bool), predict(w, x))
+        loo.scores[sp.name] = predict(w, feats[sp.name])
+    results.append(loo)
     x = np.vstack([feats[sp.name] for sp in sets])
     y = np.concatenate([labels[sp.name] for sp in sets])
     w = fit_logistic(x, y)
-    all_scores = {sp.name: predict(w, feats[sp.name]) for sp in sets}
     t = fit_upper(y.astype(bool), predict(w, x))
-    print("| " + " | ".join(row(f"logistic combination, in-sample (t={t:.3f})", sets, all_scores, {sp.name: t for sp in sets})) + " |")
-    baseline = ["always 'irrelevant'"]
-    for sp in sets:
-        gold = [p.is_gold for p in sp.pairs]
-        baseline.append(f"0.500 / 0.500 / 0.500 | {1 - np.mean(gold):.3f} / 0.500")
-    print("| " + " | ".join(baseline) + " |")
-    print("\ncross-encoder: not measured; none installable with its weights from a package (see the docstring).")
+    results.append(
+        Result(
+            f"logistic combination, in-sample, t={t:.3f}",
+            {sp.name: predict(w, feats[sp.name]) for sp in sets},
+            {sp.name: t for sp in sets},
+        )
+    )
+
+    names = [sp.name for sp in sets]
+    table(
+        "ROC AUC: chunk is gold / chunk contains an answer / best grade of a question vs gold retrieved",
+        ["candidate", *names],
+        [[r.name, *auc_cells(r, sets)] for r in results],
+    )
+    constant = Result(
+        "always 'irrelevant'",
+        {sp.name: np.zeros(len(sp.pairs)) for sp in sets},
+        {sp.name: 0.5 for sp in sets},
+    )
+    table(
+        "At the threshold t (best pooled accuracy on 'gold'): accuracy / balanced accuracy on "
+        "'gold' / accuracy on 'answer' (%)",
+        ["candidate", *names],
+        [[r.name, *accuracy_cells(r, sets)] for r in [*results, constant]],
+    )
+    print(
+        "\ncross-encoder: not measured; none can be installed with its weights from a package "
+        "(see the docstring)."
+    )
 
 
 if __name__ == "__main__":

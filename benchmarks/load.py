@@ -27,12 +27,16 @@ import argparse
 import asyncio
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -46,9 +50,9 @@ from loopback import (  # noqa: E402 - tests/ is put on the path just above
     tavily_result,
     tavily_search,
 )
-from workflows.errors import WorkflowTimeoutError  # noqa: E402
 
-import crag  # noqa: E402
+# crag is imported where it is used: the server processes import this module and need
+# only the loopback servers.
 
 TOPICS = {
     "battery": "The Zephyr drone battery lasts 42 minutes per charge. Store it at half charge.",
@@ -117,6 +121,7 @@ class LoadReport:
     wall: float = 0.0
     llm_requests: int = 0
     search_requests: int = 0
+    faults: int = 0  # requests the servers answered with a fault
     degradations: Counter = field(default_factory=Counter)  # by step
 
     def percentile(self, q: float) -> float:
@@ -133,7 +138,75 @@ class LoadReport:
         )
 
 
+def faulty_handler(kind: str, fault_rate: float, seed: int, stall: float):  # noqa: ANN201
+    """The LLM ("llm") or Tavily ("web") server's handler, with faults at `fault_rate`."""
+    if kind == "llm":
+        error = Reply(500, {"error": {"message": "overloaded", "type": "server_error"}})
+        limited = Reply(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": "1"})
+        handler = openai_chat(model_reply)
+    else:
+        error = Reply(500, {"detail": {"error": "overloaded"}})
+        limited = Reply(429, {"detail": {"error": "rate limited"}}, {"Retry-After": "1"})
+        handler = tavily_search(web_results)
+    faults = [error, limited, Drop(reset=True), Stall(stall)]
+    return chaos(handler, rate=fault_rate, faults=faults, seed=seed)
+
+
+def serve(kind: str, fault_rate: float, seed: int, stall: float) -> None:
+    """Run one faulty server until stdin closes: print its URL first, and at the end how many
+    requests it answered and how many of them with a fault (`server_process` reads them)."""
+    handler = faulty_handler(kind, fault_rate, seed, stall)
+    faults = []
+
+    def counting(request: Any) -> Any:
+        answer = handler(request)
+        if not isinstance(answer, Reply) or answer.status >= 400:
+            faults.append(answer)
+        return answer
+
+    with LoopbackServer(counting) as server:
+        print(server.url, flush=True)
+        sys.stdin.read()  # until the parent closes it
+    print(len(server.requests), len(faults), flush=True)
+
+
+@contextmanager
+def server_process(kind: str, fault_rate: float, seed: int, stall: float) -> Iterator[dict]:
+    """A faulty loopback server in its own process, so that its threads do not compete with
+    crag's event loop for the interpreter lock. A fresh interpreter that imports only this
+    module and tests/loopback.py (multiprocessing's spawn would import the caller's main
+    module too: seconds, for pytest). Yields {"url": ...}; after the block, "requests" and
+    "faults" hold how many requests it answered, and how many of them with a fault."""
+    here = str(Path(__file__).resolve().parent)
+    code = (
+        f"import sys; sys.path.insert(0, {here!r}); import load; "
+        "load.serve(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, kind, str(fault_rate), str(seed), str(stall)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        url = process.stdout.readline().strip()
+        if not url.startswith("http://127.0.0.1:"):
+            raise RuntimeError(f"the {kind} server did not start")
+        box = {"url": url, "requests": 0, "faults": 0}
+        yield box
+        process.stdin.close()
+        counts = process.stdout.readline().split()
+        if len(counts) == 2:
+            box["requests"], box["faults"] = map(int, counts)
+    finally:
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def build_index(root: Path) -> Path:
+    import crag
+
     docs = root / "docs"
     docs.mkdir()
     for name, text in TOPICS.items():
@@ -153,6 +226,10 @@ async def run_load(
     budget: float = 120.0,
 ) -> LoadReport:
     """`n` concurrent queries through one workflow against faulty loopback servers."""
+    from workflows.errors import WorkflowTimeoutError
+
+    import crag
+
     report = LoadReport(queries=n)
     loop = asyncio.get_running_loop()
     previous_handler = loop.get_exception_handler()
@@ -162,31 +239,22 @@ async def run_load(
         exc = context.get("exception")
         report.unhandled.append(f"background: {type(exc).__name__ if exc else ''} {context.get('message')}")
 
-    llm_faults = [
-        Reply(500, {"error": {"message": "overloaded", "type": "server_error"}}),
-        Reply(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": "1"}),
-        Drop(reset=True),
-        Stall(timeout * 3),
-    ]
-    web_faults = [
-        Reply(500, {"detail": {"error": "overloaded"}}),
-        Reply(429, {"detail": {"error": "rate limited"}}, {"Retry-After": "1"}),
-        Drop(reset=True),
-        Stall(timeout * 3),
-    ]
-    llm_handler = chaos(openai_chat(model_reply), rate=fault_rate, faults=llm_faults, seed=seed)
-    web_handler = chaos(tavily_search(web_results), rate=fault_rate, faults=web_faults, seed=seed)
-    with tempfile.TemporaryDirectory() as tmp, LoopbackServer(llm_handler) as llm, LoopbackServer(web_handler) as web:
+    stall = timeout * 3
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        server_process("llm", fault_rate, seed, stall) as llm,
+        server_process("web", fault_rate, seed, stall) as web,
+    ):
         index_dir = build_index(Path(tmp))
         settings = crag.Settings.load(
             env={
-                "OPENAI_BASE_URL": llm.url + "/v1",
+                "OPENAI_BASE_URL": llm["url"] + "/v1",
                 "OPENAI_API_KEY": "sk-load-test",
                 "TAVILY_API_KEY": "tvly-load-test",
             },
             index={"path": index_dir},
             llm={"timeout": timeout, "max_retries": retries},
-            web_search={"base_url": web.url, "timeout": timeout, "max_retries": retries},
+            web_search={"base_url": web["url"], "timeout": timeout, "max_retries": retries},
             run={"timeout": run_timeout},
         )
         workflow = crag.build_workflow(settings)
@@ -208,6 +276,10 @@ async def run_load(
                 report.degradations.update(d.split(":", 1)[0] for d in result.degraded)
             report.latencies.append(time.perf_counter() - started)
 
+        try:  # one untimed run first: it loads the embedding model and the sentence tables
+            await workflow.run(query="How heavy is the Zephyr drone? (warm-up)")
+        except (crag.CragError, WorkflowTimeoutError):
+            pass
         loop.set_exception_handler(dropped)
         started = time.perf_counter()
         try:
@@ -217,7 +289,8 @@ async def run_load(
         finally:
             report.wall = time.perf_counter() - started
             loop.set_exception_handler(previous_handler)
-        report.llm_requests, report.search_requests = len(llm.requests), len(web.requests)
+    report.llm_requests, report.search_requests = llm["requests"], web["requests"]
+    report.faults = llm["faults"] + web["faults"]
     return report
 
 
@@ -227,6 +300,7 @@ def main() -> int:
     parser.add_argument("--fault-rate", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=1.0, help="per-attempt timeout, LLM and search")
+    parser.add_argument("--retries", type=int, default=2, help="max_retries, LLM and search")
     parser.add_argument("--run-timeout", type=float, default=30.0)
     parser.add_argument("--budget", type=float, default=120.0, help="seconds for the whole load")
     parser.add_argument("-v", "--verbose", action="store_true", help="also print what degraded and why")
@@ -237,13 +311,15 @@ def main() -> int:
             fault_rate=args.fault_rate,
             seed=args.seed,
             timeout=args.timeout,
+            retries=args.retries,
             run_timeout=args.run_timeout,
             budget=args.budget,
         )
     )
     print(report.line())
     if args.verbose:
-        print(f"  requests: {report.llm_requests} to the LLM, {report.search_requests} to Tavily")
+        print(f"  requests: {report.llm_requests} to the LLM, {report.search_requests} to Tavily, "
+              f"{report.faults} of them answered with a fault")
         print(f"  degraded steps: {dict(report.degradations)}")
         print(f"  mean latency {statistics.fmean(report.latencies or [0]):.2f} s")
         for message, count in report.errors.most_common():

@@ -86,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="ingest the bundled sample documents and ask two questions")
     p.set_defaults(func=_demo)
+
+    from crag.evaluation.cli import add_evaluation_commands
+
+    add_evaluation_commands(sub)
     return parser
 
 

@@ -20,6 +20,7 @@ token, since a server's error body may echo a key crag never saw.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -91,3 +92,23 @@ def redact(text: str) -> str:
     for secret in known:
         text = text.replace(secret, REDACTED)
     return _KEY_SHAPED.sub(REDACTED, text)
+
+
+def scrub(exc: BaseException) -> BaseException:
+    """Remove keys from `exc`'s message (and body, for HTTP errors) and from the exceptions
+    it was raised from, so that neither `str(exc)` nor a printed traceback shows one."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        current.args = tuple(redact(a) if isinstance(a, str) else a for a in current.args)
+        if isinstance(getattr(current, "message", None), str):
+            current.message = redact(current.message)  # type: ignore[attr-defined]
+        body = getattr(current, "body", None)
+        if isinstance(body, (dict, list, str)):
+            try:
+                current.body = json.loads(redact(json.dumps(body)))  # type: ignore[attr-defined]
+            except (TypeError, ValueError, AttributeError):
+                pass
+        current = current.__cause__ or current.__context__
+    return exc

@@ -23,7 +23,7 @@ import numpy as np
 from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import Document, TextNode
 
-from crag.errors import IndexNotFoundError, IngestError
+from crag.errors import ConfigError, IndexNotFoundError, IngestError
 from crag.models import WordLlamaEmbedding
 from crag.readers import find_files, read_documents
 from crag.text import TermStats
@@ -69,26 +69,32 @@ class ChunkIndex:
     def load(cls, path: str | Path) -> ChunkIndex:
         path = Path(path)
         _recover(path)
+        if path.exists() and not path.is_dir():
+            raise IndexNotFoundError(f"{path} is a file, not a crag index folder; pass the folder with --index.")
         if not (path / "nodes.jsonl").exists():
             raise IndexNotFoundError(
                 f"No crag index at {path}. Build one first: crag ingest YOUR_DOCS --index {path}"
             )
+        rebuild = f"remove the folder and build it again: crag ingest YOUR_DOCS --index {path}"
         try:
-            with open(path / "nodes.jsonl", encoding="utf-8") as f:
-                nodes = [TextNode.from_dict(json.loads(line)) for line in f if line.strip()]
-            embeddings = np.load(path / "embeddings.npy")
-            manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError, KeyError) as exc:
-            raise IndexNotFoundError(
-                f"The index at {path} is unreadable ({exc}); rebuild it with crag ingest."
-            ) from None
-        if embeddings.shape[0] != len(nodes):
-            raise IndexNotFoundError(f"The index at {path} is inconsistent; rebuild it with crag ingest.")
-        return cls(nodes=nodes, embeddings=embeddings, manifest=manifest.get("files", {}))
+            nodes = _read_nodes(path / "nodes.jsonl")
+            embeddings = _read_embeddings(path / "embeddings.npy")
+            manifest = _read_manifest(path / "manifest.json")
+        except ValueError as exc:
+            raise IndexNotFoundError(f"The index at {path} is unreadable ({exc}); {rebuild}") from None
+        problem = _embedding_problem(embeddings, len(nodes))
+        if problem:
+            raise IndexNotFoundError(f"The index at {path} is inconsistent ({problem}); {rebuild}")
+        return cls(nodes=nodes, embeddings=embeddings.astype(np.float32, copy=False), manifest=manifest)
 
     def save(self, path: str | Path) -> None:
-        """Write atomically: into a sibling folder, then swap it in by rename."""
+        """Write atomically: into a sibling folder, then swap it in by rename.
+
+        Refuses to replace anything that is not a crag index (a file, or a folder of
+        other things), since the old version is deleted once the new one is in place.
+        """
         path = Path(path)
+        _check_replaceable(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp, old = _sibling(path, "tmp"), _sibling(path, "old")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -103,11 +109,104 @@ class ChunkIndex:
         for name in ("nodes.jsonl", "embeddings.npy", "manifest.json"):
             with open(tmp / name, "rb") as f:
                 os.fsync(f.fileno())
+        _fsync_dir(tmp)
         shutil.rmtree(old, ignore_errors=True)
         if path.exists():
             path.rename(old)
         tmp.rename(path)
+        _fsync_dir(path.parent)  # the renames themselves survive a power cut
         shutil.rmtree(old, ignore_errors=True)
+
+
+EMBEDDING_DIM = 256
+INDEX_FILES = ("nodes.jsonl", "embeddings.npy", "manifest.json")
+
+
+def _read_nodes(file: Path) -> list[TextNode]:
+    """The chunks in nodes.jsonl; ValueError naming the file and line when it is damaged."""
+    nodes = []
+    try:
+        with open(file, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    raise ValueError(f"nodes.jsonl line {number} is not valid JSON; the file may be cut short") from None
+                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                    raise ValueError(f"nodes.jsonl line {number} is not a chunk")
+                try:
+                    nodes.append(TextNode.from_dict(record))
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    raise ValueError(f"nodes.jsonl line {number} is not a chunk") from None
+    except UnicodeDecodeError:
+        raise ValueError("nodes.jsonl is not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"nodes.jsonl: {exc.strerror or exc}") from None
+    return nodes
+
+
+def _read_embeddings(file: Path) -> np.ndarray:
+    try:
+        return np.load(file, allow_pickle=False)
+    except FileNotFoundError:
+        raise ValueError("embeddings.npy is missing") from None
+    except OSError as exc:
+        raise ValueError(f"embeddings.npy: {exc.strerror or exc}") from None
+    except Exception:  # noqa: BLE001 - a damaged header raises ValueError, EOFError, TokenError, SyntaxError...
+        raise ValueError("embeddings.npy is not a NumPy array file") from None
+
+
+def _read_manifest(file: Path) -> dict[str, dict]:
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError("manifest.json is missing") from None
+    except OSError as exc:
+        raise ValueError(f"manifest.json: {exc.strerror or exc}") from None
+    except ValueError:  # also UnicodeDecodeError
+        raise ValueError("manifest.json is not valid JSON") from None
+    files = manifest.get("files", {}) if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+        raise ValueError("manifest.json is not crag's manifest")
+    return files
+
+
+def _embedding_problem(embeddings: np.ndarray, count: int) -> str | None:
+    if embeddings.ndim != 2 or embeddings.shape[1:] != (EMBEDDING_DIM,):
+        return f"embeddings have shape {embeddings.shape}, expected (chunks, {EMBEDDING_DIM})"
+    if not np.issubdtype(embeddings.dtype, np.number):
+        return f"embeddings are {embeddings.dtype}, not numbers"
+    if embeddings.shape[0] != count:
+        return f"{count} chunks but {embeddings.shape[0]} embeddings"
+    return None
+
+
+def _check_replaceable(path: Path) -> None:
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise IngestError(f"{path} is a file, not an index folder; choose another --index.")
+    strangers = [p.name for p in path.iterdir() if p.name not in INDEX_FILES]
+    if strangers and not (path / "nodes.jsonl").exists():
+        raise IngestError(
+            f"{path} is a folder of other things ({', '.join(sorted(strangers)[:3])}...), not a crag index; "
+            "crag replaces its index folder when it writes, so choose an empty or new --index folder."
+        )
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # not possible on every platform (Windows)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _sibling(path: Path, tag: str) -> Path:
@@ -150,12 +249,17 @@ def ingest(
     skipped entirely; a changed file replaces every chunk it produced before.
     """
     index_dir = Path(index_dir)
+    if chunk_overlap >= chunk_size:
+        raise ConfigError(
+            f"index.chunk_overlap ({chunk_overlap}) must be smaller than index.chunk_size ({chunk_size})."
+        )
     try:
         index = ChunkIndex.load(index_dir)
     except IndexNotFoundError:
-        if (index_dir / "nodes.jsonl").exists():
+        if (index_dir / "nodes.jsonl").exists() or index_dir.is_file():
             raise
         index = ChunkIndex.empty()
+    _check_replaceable(index_dir)  # before the work, not after it
     files = find_files([Path(p) for p in paths])
     if not files:
         raise IngestError(f"No .txt, .md, .html or .jsonl files found in {', '.join(map(str, paths))}.")
@@ -217,6 +321,9 @@ def ingest(
         embeddings=np.vstack([index.embeddings[keep], vectors]).astype(np.float32),
         manifest={**index.manifest, **changed},
     )
+    if not merged.nodes:
+        names = ", ".join(Path(k).name for k in list(changed)[:3]) + ("..." if len(changed) > 3 else "")
+        raise IngestError(f"No text to index in {names}: the files are empty or only whitespace.")
     merged.save(index_dir)
     report.chunks_added = len(new_nodes)
     report.chunks_total = len(merged)

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.llms import LLM, ChatMessage, ChatResponse
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from crag.config import LLMSettings
-from crag.errors import ConfigError, ModelReplyError, redact, register_secret
+from crag.errors import ConfigError, ModelReplyError, redact, register_secret, scrub
 
 
 class WordLlamaEmbedding(BaseEmbedding):
@@ -140,8 +140,8 @@ MAX_IN_FLIGHT = 64
 
 
 class _CheckedReplies:
-    """Chat replies that are usable or a clear error; error messages free of API keys;
-    at most `MAX_IN_FLIGHT` requests at once.
+    """Chat replies that are usable or a clear error; HTTP errors free of API keys; at
+    most `MAX_IN_FLIGHT` requests at once.
 
     Mixed into llama-index's OpenAI classes; the openai client gets `_client_retries`.
     """
@@ -158,15 +158,45 @@ class _CheckedReplies:
         kwargs["max_retries"] = self._client_retries
         return kwargs
 
-    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+    def _get_client(self) -> Any:
+        if self._client is None or not self.reuse_client:  # type: ignore[attr-defined]
+            client = _scrubbing_clients()[0](**self._get_credential_kwargs())
+            if not self.reuse_client:  # type: ignore[attr-defined]
+                return client
+            self._client = client
+        return self._client
+
+    def _get_aclient(self) -> Any:
+        """One async client per event loop, each with its own connection pool.
+
+        llama-index keeps one for the model's life, but `workflow.ask()` (and a notebook,
+        and pytest) runs each call on a fresh loop: connections opened on a closed loop
+        cannot be reused, and openai's pool wrapper, when collected later, schedules its
+        close on whatever loop runs then, which fails ("Task exception was never
+        retrieved: Event loop is closed"). The plain pool used here has no such finaliser.
+        """
         import openai
 
         try:
+            loop: Any = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        clients: dict = self._aclients  # type: ignore[attr-defined]
+        for finished in [other for other in clients if other.is_closed()]:
+            del clients[finished]  # its sockets close when collected; they cannot be used again
+        client = clients.get(loop) if loop is not None else None
+        if client is None or not self.reuse_client:  # type: ignore[attr-defined]
+            kwargs = self._get_credential_kwargs(is_async=True)
+            kwargs["http_client"] = kwargs.get("http_client") or openai.DefaultAsyncHttpxClient()
+            client = _scrubbing_clients()[1](**kwargs)
+            if loop is not None and self.reuse_client:  # type: ignore[attr-defined]
+                clients[loop] = client
+        return client
+
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        try:
             async with self._in_flight():
                 return await super().achat(messages, **kwargs)  # type: ignore[misc]
-        except openai.APIError as exc:
-            _scrub(exc)
-            raise
         except json.JSONDecodeError as exc:
             raise ModelReplyError(f"The model server's reply is not valid JSON ({exc}).") from None
         except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
@@ -176,13 +206,22 @@ class _CheckedReplies:
             ) from None
 
 
-def _scrub(exc: Exception) -> None:
-    """`exc` with any API key removed from its message and body (a 401 may echo the key)."""
-    exc.args = tuple(redact(a) if isinstance(a, str) else a for a in exc.args)
-    if isinstance(getattr(exc, "message", None), str):
-        exc.message = redact(exc.message)  # type: ignore[attr-defined]
-    if getattr(exc, "body", None) is not None:
-        exc.body = json.loads(redact(json.dumps(exc.body, default=str)))  # type: ignore[attr-defined]
+@cache
+def _scrubbing_clients() -> tuple[type, type]:
+    """The openai clients, building HTTP errors without API keys in them: a 401's body may
+    echo the key, and llama-index's instrumentation reports every error's text (its spans
+    see the error before any caller could clean it)."""
+    import openai
+
+    class ScrubbingOpenAI(openai.OpenAI):
+        def _make_status_error(self, err_msg: str, *, body: object, response: Any) -> Any:
+            return scrub(super()._make_status_error(redact(err_msg), body=body, response=response))
+
+    class ScrubbingAsyncOpenAI(openai.AsyncOpenAI):
+        def _make_status_error(self, err_msg: str, *, body: object, response: Any) -> Any:
+            return scrub(super()._make_status_error(redact(err_msg), body=body, response=response))
+
+    return ScrubbingOpenAI, ScrubbingAsyncOpenAI
 
 
 @cache
@@ -191,12 +230,20 @@ def _checked_classes() -> tuple[type, type]:
     from llama_index.llms.openai import OpenAI
     from llama_index.llms.openai_like import OpenAILike
 
+    # llama-index puts the key in the model's repr and in `to_dict()`, which every LLM call
+    # sends to instrumentation handlers (LLMChatStartEvent.model_dict); here it is in neither.
+    hidden_key = Field(default=None, exclude=True, repr=False, description="The API key.")
+
     class CheckedOpenAI(_CheckedReplies, OpenAI):
+        api_key: str = hidden_key
         _client_retries: int = PrivateAttr(default=2)
         _limits: weakref.WeakKeyDictionary = PrivateAttr(default_factory=weakref.WeakKeyDictionary)
+        _aclients: dict = PrivateAttr(default_factory=dict)
 
     class CheckedOpenAILike(_CheckedReplies, OpenAILike):
+        api_key: str = hidden_key
         _client_retries: int = PrivateAttr(default=2)
         _limits: weakref.WeakKeyDictionary = PrivateAttr(default_factory=weakref.WeakKeyDictionary)
+        _aclients: dict = PrivateAttr(default_factory=dict)
 
     return CheckedOpenAI, CheckedOpenAILike

@@ -60,11 +60,18 @@ def _jsonl_documents(path: Path, text: str) -> Iterator[Document]:
             continue
         try:
             record = json.loads(line)
-            doc_id, body = str(record["doc_id"]), str(record["text"])
+            doc_id, body = record["doc_id"], record["text"]
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise IngestError(
                 f"{path}:{number}: expected a JSON object with 'doc_id' and 'text' ({exc})."
             ) from None
+        if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():
+            raise IngestError(f"{path}:{number}: 'doc_id' must be a non-empty string (got {json.dumps(doc_id)}).")
+        if not isinstance(body, str):
+            raise IngestError(f"{path}:{number}: 'text' must be a string (got {json.dumps(body)[:40]}).")
+        doc_id = str(doc_id)
+        if not body.strip():
+            continue  # nothing to index, as for an empty .txt file
         metadata = {"title": str(record.get("title") or doc_id), "file": str(path)}
         if record.get("url"):
             metadata["url"] = str(record["url"])

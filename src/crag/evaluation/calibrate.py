@@ -11,13 +11,13 @@ string (`label="answer"`).
   means relevant" over all pairs, or, given `target_precision`, is the lowest threshold
   whose precision reaches it (a Correct verdict that is rarely wrong).
 * `lower` (every chunk below it: Incorrect) is the highest threshold that still keeps
-  `lower_recall` of the relevant chunks at or above it: an Incorrect verdict throws the
-  retrieved chunks away, so it must rarely throw away a relevant one.
+  `lower_recall` (0.98 by default) of the relevant chunks at or above it: an Incorrect
+  verdict throws the retrieved chunks away, so it must rarely throw away a relevant one,
+  while an Ambiguous verdict on an irrelevant chunk costs only a web search it needed anyway.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import tempfile
 from collections.abc import Sequence
@@ -31,12 +31,24 @@ from pydantic import BaseModel, Field
 
 from crag.config import Settings
 from crag.errors import ConfigError
-from crag.evaluation.datasets import Question, check_gold_in_corpus, drop_gold, load_corpus, load_questions
-from crag.evaluation.metrics import BinaryReport, VerdictAgreement, binary_report, contains_answer, verdict_agreement
+from crag.evaluation.datasets import (
+    Question,
+    check_gold_in_corpus,
+    drop_gold,
+    load_corpus,
+    load_questions,
+)
+from crag.evaluation.metrics import (
+    BinaryReport,
+    VerdictAgreement,
+    binary_report,
+    contains_answer,
+    verdict_agreement,
+)
 from crag.evaluation.runner import build_index
+from crag.events import Grade
 from crag.index import ChunkIndex
 from crag.steps.grading import decide_verdict
-from crag.events import Grade
 
 Label = Literal["gold", "answer"]
 
@@ -78,7 +90,8 @@ async def retrieve_questions(
         index = build_index(passages, drop.doc_ids, Path(tmp), settings)
     retriever = build_workflow(settings, index=index).retriever
     retrievals = [
-        Retrieval(dataset.name, q, await retriever.retrieve(q.question), drop.is_dropped(q)) for q in questions
+        Retrieval(dataset.name, q, await retriever.retrieve(q.question), drop.is_dropped(q))
+        for q in questions
     ]
     return index, retrievals
 
@@ -94,14 +107,17 @@ async def label_chunks(retrievals: Sequence[Retrieval], grader: object) -> list[
                     dataset=r.dataset,
                     question_id=r.question.id,
                     score=grade.score,
-                    is_gold=(chunk.node.metadata.get("doc_id") or chunk.node.ref_doc_id) == r.question.doc_id,
+                    is_gold=(chunk.node.metadata.get("doc_id") or chunk.node.ref_doc_id)
+                    == r.question.doc_id,
                     has_answer=contains_answer(chunk.node.get_content(), r.question.answers),
                 )
             )
     return labelled
 
 
-def fit_upper(labels: Sequence[bool], scores: Sequence[float], *, target_precision: float | None = None) -> float:
+def fit_upper(
+    labels: Sequence[bool], scores: Sequence[float], *, target_precision: float | None = None
+) -> float:
     """The upper threshold: best accuracy, or the lowest one reaching `target_precision`.
 
     Thresholds are tried half-way between consecutive distinct scores, so a fitted value
@@ -116,7 +132,8 @@ def fit_upper(labels: Sequence[bool], scores: Sequence[float], *, target_precisi
     thresholds, tp, fp = _sweep(y, np.asarray(scores, dtype=float))
     if target_precision is None:
         accuracy = (tp + (len(y) - y.sum() - fp)) / len(y)
-        return float(thresholds[int(np.argmax(accuracy))])  # argmax: the lowest of equals
+        # Of equally accurate thresholds, the highest: a Correct verdict skips the web search.
+        return float(thresholds[int(np.argmax(accuracy))])  # thresholds run high to low
     predicted = tp + fp
     precision = np.divide(tp, predicted, out=np.zeros_like(tp, dtype=float), where=predicted > 0)
     reaching = np.flatnonzero((precision >= target_precision) & (predicted > 0))
@@ -128,7 +145,9 @@ def fit_upper(labels: Sequence[bool], scores: Sequence[float], *, target_precisi
     return float(thresholds[reaching[-1]])  # the lowest threshold that reaches it
 
 
-def fit_lower(labels: Sequence[bool], scores: Sequence[float], *, recall: float, upper: float) -> float:
+def fit_lower(
+    labels: Sequence[bool], scores: Sequence[float], *, recall: float, upper: float
+) -> float:
     """The highest threshold at or below `upper` keeping `recall` of the relevant chunks above it.
 
     Raises:
@@ -170,7 +189,9 @@ class Calibration(BaseModel):
     pairs: int
     positives: int
     at_upper: BinaryReport = Field(description="Against the fitted label.")
-    at_upper_other_label: BinaryReport = Field(description="Against the other label, for comparison.")
+    at_upper_other_label: BinaryReport = Field(
+        description="Against the other label, for comparison."
+    )
     recall_at_lower: float
     verdicts: VerdictAgreement
 
@@ -181,14 +202,16 @@ def calibrate(
     *,
     label: Label = "gold",
     target_precision: float | None = None,
-    lower_recall: float = 0.95,
+    lower_recall: float = 0.98,
     drop_fraction: float = 0.5,
     seed: int = 0,
     decimals: int = 3,
 ) -> Calibration:
     """Fit `upper` and `lower` on the pooled labelled pairs of every (questions, corpus) pair."""
-    return asyncio.run(
-        acalibrate(
+    from crag.workflows.corrective import run_sync
+
+    return run_sync(
+        lambda: acalibrate(
             datasets,
             settings,
             label=label,
@@ -207,7 +230,7 @@ async def acalibrate(
     *,
     label: Label = "gold",
     target_precision: float | None = None,
-    lower_recall: float = 0.95,
+    lower_recall: float = 0.98,
     drop_fraction: float = 0.5,
     seed: int = 0,
     decimals: int = 3,
@@ -222,7 +245,9 @@ async def acalibrate(
     pairs: list[LabelledChunk] = []
     retrievals_all: list[Retrieval] = []
     for dataset, corpus in datasets:
-        index, retrievals = await retrieve_questions(dataset, corpus, settings, drop_fraction=drop_fraction, seed=seed)
+        index, retrievals = await retrieve_questions(
+            dataset, corpus, settings, drop_fraction=drop_fraction, seed=seed
+        )
         grader = build_workflow(settings, index=index).grader
         pairs.extend(await label_chunks(retrievals, grader))
         retrievals_all.extend(retrievals)
@@ -251,7 +276,9 @@ async def acalibrate(
     )
 
 
-def _verdicts(pairs: Sequence[LabelledChunk], retrievals: Sequence[Retrieval], upper: float, lower: float) -> VerdictAgreement:
+def _verdicts(
+    pairs: Sequence[LabelledChunk], retrievals: Sequence[Retrieval], upper: float, lower: float
+) -> VerdictAgreement:
     """The verdict each question would get at these thresholds, against retrieval truth."""
     by_question: dict[tuple[str, str], list[LabelledChunk]] = {}
     for p in pairs:
@@ -259,7 +286,10 @@ def _verdicts(pairs: Sequence[LabelledChunk], retrievals: Sequence[Retrieval], u
     verdicts, retrieved, best = [], [], []
     for r in retrievals:
         chunks = by_question.get((r.dataset, r.question.id), [])
-        grades = [Grade(chunk_id=str(i), score=c.score, grader="calibration") for i, c in enumerate(chunks)]
+        grades = [
+            Grade(chunk_id=str(i), score=c.score, grader="calibration")
+            for i, c in enumerate(chunks)
+        ]
         verdicts.append(decide_verdict(grades, upper, lower).value)
         retrieved.append(any(c.is_gold for c in chunks))
         best.append(max((c.score for c in chunks), default=0.0))

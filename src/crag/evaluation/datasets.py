@@ -53,7 +53,9 @@ def _records(path: Path) -> Iterable[tuple[int, dict]]:
         except json.JSONDecodeError as exc:
             raise IngestError(f"{path}:{number}: not valid JSON ({exc.msg}).") from None
         if not isinstance(record, dict):
-            raise IngestError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}.")
+            raise IngestError(
+                f"{path}:{number}: expected a JSON object, got {type(record).__name__}."
+            )
         yield number, record
 
 
@@ -77,7 +79,9 @@ def load_questions(path: str | Path) -> list[Question]:
         if qid in seen:
             raise IngestError(f"{path}:{number}: question id {qid!r} appears twice.")
         seen.add(qid)
-        questions.append(Question(qid, str(record["question"]), tuple(answers), str(record["doc_id"])))
+        questions.append(
+            Question(qid, str(record["question"]), tuple(answers), str(record["doc_id"]))
+        )
     if not questions:
         raise IngestError(f"{path} holds no questions.")
     return questions
@@ -153,7 +157,9 @@ def drop_gold(questions: Sequence[Question], fraction: float, seed: int = 0) -> 
     return GoldDrop(chosen, frozenset(q.doc_id for q in questions if q.id in chosen))
 
 
-def write_corpus(passages: Iterable[Passage], path: str | Path, *, exclude: Iterable[str] = ()) -> int:
+def write_corpus(
+    passages: Iterable[Passage], path: str | Path, *, exclude: Iterable[str] = ()
+) -> int:
     """Write passages as JSON Lines, leaving out the `exclude` doc ids; returns how many were written."""
     left_out = set(exclude)
     written = 0
@@ -161,6 +167,11 @@ def write_corpus(passages: Iterable[Passage], path: str | Path, *, exclude: Iter
         for p in passages:
             if p.doc_id in left_out:
                 continue
-            f.write(json.dumps({"doc_id": p.doc_id, "title": p.title, "text": p.text}, ensure_ascii=False) + "\n")
+            f.write(
+                json.dumps(
+                    {"doc_id": p.doc_id, "title": p.title, "text": p.text}, ensure_ascii=False
+                )
+                + "\n"
+            )
             written += 1
     return written

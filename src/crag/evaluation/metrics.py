@@ -83,7 +83,9 @@ class BinaryReport(BaseModel):
     majority_accuracy: float | None
 
 
-def binary_report(labels: Sequence[bool], scores: Sequence[float], threshold: float) -> BinaryReport:
+def binary_report(
+    labels: Sequence[bool], scores: Sequence[float], threshold: float
+) -> BinaryReport:
     """Accuracy, balanced accuracy, precision, recall, specificity and ROC AUC at `threshold`."""
     y = np.asarray(labels, dtype=bool)
     predicted = np.asarray(scores, dtype=float) >= threshold
@@ -115,12 +117,22 @@ class VerdictAgreement(BaseModel):
     the internal knowledge too).
     """
 
-    gold_retrieved: dict[str, int] = Field(description="Verdict counts when the gold passage was retrieved.")
+    gold_retrieved: dict[str, int] = Field(
+        description="Verdict counts when the gold passage was retrieved."
+    )
     gold_not_retrieved: dict[str, int] = Field(description="Verdict counts when it was not.")
-    accuracy: float | None = Field(description="Correct-when-retrieved plus Incorrect-when-not, over all.")
-    decisive_accuracy: float | None = Field(description="The same, over the questions not judged Ambiguous.")
-    unsafe_correct: float | None = Field(description="Share of gold-not-retrieved questions judged Correct.")
-    roc_auc: float | None = Field(description="The best chunk grade as a score for 'gold retrieved'.")
+    accuracy: float | None = Field(
+        description="Correct-when-retrieved plus Incorrect-when-not, over all."
+    )
+    decisive_accuracy: float | None = Field(
+        description="The same, over the questions not judged Ambiguous."
+    )
+    unsafe_correct: float | None = Field(
+        description="Share of gold-not-retrieved questions judged Correct."
+    )
+    roc_auc: float | None = Field(
+        description="The best chunk grade as a score for 'gold retrieved'."
+    )
 
 
 VERDICTS = ("correct", "ambiguous", "incorrect")

@@ -61,8 +61,12 @@ class Outcome(BaseModel):
     split: Split
     answer: str = ""
     correct: bool = False
-    gold_retrieved: bool | None = Field(None, description="The gold passage is among the retrieved chunks.")
-    gold_in_context: bool | None = Field(None, description="The gold passage reached the synthesizer.")
+    gold_retrieved: bool | None = Field(
+        None, description="The gold passage is among the retrieved chunks."
+    )
+    gold_in_context: bool | None = Field(
+        None, description="The gold passage reached the synthesizer."
+    )
     verdict: str | None = None
     chunks: list[ChunkJudgement] = Field(default_factory=list)
     llm_calls: int = 0
@@ -103,13 +107,16 @@ class EvalRun:
     per_system_seconds: dict[str, float] = field(default_factory=dict)
 
 
-
 def evaluate(options: EvalOptions, settings: Settings, *, progress: bool | None = None) -> EvalRun:
-    """Run an evaluation to completion from synchronous code (the CLI)."""
-    return asyncio.run(aevaluate(options, settings, progress=progress))
+    """Run an evaluation to completion from synchronous code (the CLI, or a notebook cell)."""
+    from crag.workflows.corrective import run_sync
+
+    return run_sync(lambda: aevaluate(options, settings, progress=progress))
 
 
-async def aevaluate(options: EvalOptions, settings: Settings, *, progress: bool | None = None) -> EvalRun:
+async def aevaluate(
+    options: EvalOptions, settings: Settings, *, progress: bool | None = None
+) -> EvalRun:
     """Build the index once, then run every system on every question.
 
     Args:
@@ -128,12 +135,18 @@ async def aevaluate(options: EvalOptions, settings: Settings, *, progress: bool 
         if options.limit <= 0:
             raise ConfigError(f"--limit must be positive, not {options.limit}.")
         questions = questions[: options.limit]
+    if options.concurrency is not None and options.concurrency <= 0:
+        raise ConfigError(f"--concurrency must be positive, not {options.concurrency}.")
     passages = load_corpus(options.corpus)
     check_gold_in_corpus(questions, passages)
     drop = drop_gold(questions, options.drop_gold, options.seed)
     web_corpus = options.web_corpus or options.corpus
     settings = settings.model_copy(
-        update={"web_search": settings.web_search.model_copy(update={"kind": "local", "corpus": web_corpus})}
+        update={
+            "web_search": settings.web_search.model_copy(
+                update={"kind": "local", "corpus": web_corpus}
+            )
+        }
     )
     with tempfile.TemporaryDirectory(prefix="crag-eval-") as tmp:
         index = build_index(passages, drop.doc_ids, Path(tmp), settings)
@@ -147,16 +160,10 @@ async def aevaluate(options: EvalOptions, settings: Settings, *, progress: bool 
     try:
         for system in systems:
             workflow = _instrument(system.build(settings, index))
-            limit = asyncio.Semaphore(concurrency)
             system_started = perf_counter()
-
-            async def one(question: Question, system: System = system, workflow: Any = workflow) -> Outcome:
-                async with limit:
-                    outcome = await _run_one(system, workflow, question, drop, nodes)
-                bar.update(1)
-                return outcome
-
-            outcomes.extend(await asyncio.gather(*(one(q) for q in questions)))
+            outcomes += await _run_system(
+                system, workflow, questions, drop, nodes, concurrency, bar
+            )
             per_system[system.name] = perf_counter() - system_started
     finally:
         bar.close()
@@ -175,7 +182,30 @@ async def aevaluate(options: EvalOptions, settings: Settings, *, progress: bool 
     )
 
 
-def build_index(passages: Sequence[Passage], exclude: Iterable[str], folder: Path, settings: Settings) -> ChunkIndex:
+async def _run_system(
+    system: System,
+    workflow: Any,
+    questions: Sequence[Question],
+    drop: GoldDrop,
+    nodes: dict[str, Any],
+    concurrency: int,
+    bar: Any,
+) -> list[Outcome]:
+    """Every question through one system, at most `concurrency` at a time, in question order."""
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(question: Question) -> Outcome:
+        async with limit:
+            outcome = await _run_one(system, workflow, question, drop, nodes)
+        bar.update(1)
+        return outcome
+
+    return list(await asyncio.gather(*(one(q) for q in questions)))
+
+
+def build_index(
+    passages: Sequence[Passage], exclude: Iterable[str], folder: Path, settings: Settings
+) -> ChunkIndex:
     """Ingest `passages` minus the `exclude` doc ids into an index under `folder`, and load it."""
     corpus = folder / "corpus.jsonl"
     write_corpus(passages, corpus, exclude=exclude)
@@ -190,18 +220,25 @@ def build_index(passages: Sequence[Passage], exclude: Iterable[str], folder: Pat
 
 def _default_concurrency(settings: Settings) -> int:
     """One at a time offline (CPU-bound: concurrency adds nothing but skewed latencies);
-    eight when a model or web API is configured, whose calls wait on the network."""
-    remote = settings.llm.configured or settings.web_search.kind == "tavily"
-    return 8 if remote else 1
+    eight when a model is configured, whose calls wait on the network. (The web search is
+    always the local corpus here.)"""
+    return 8 if settings.llm.configured else 1
 
 
 def _progress_bar(total: int, show: bool | None) -> Any:
     from tqdm import tqdm
 
-    return tqdm(total=total, desc="crag eval", unit="q", file=sys.stderr, disable=None if show is None else not show)
+    return tqdm(
+        total=total,
+        desc="crag eval",
+        unit="q",
+        file=sys.stderr,
+        disable=None if show is None else not show,
+    )
 
 
 # --- observing what a run retrieved and read -------------------------------------------
+
 
 @dataclass
 class _Observation:
@@ -209,7 +246,9 @@ class _Observation:
     context: list[Strip] | None = None
 
 
-_observing: contextvars.ContextVar[_Observation | None] = contextvars.ContextVar("crag_eval_observation", default=None)
+_observing: contextvars.ContextVar[_Observation | None] = contextvars.ContextVar(
+    "crag_eval_observation", default=None
+)
 
 
 class _RetrieverProbe:

@@ -27,12 +27,14 @@ _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\-\s\"']+?)\s*\]\s*(#.*)?$")
 _ARRAY_HEADER = re.compile(r"^\s*\[\[")
 
 
-def set_table_values(path: str | Path, table: str, values: Mapping[str, float | int | str | bool]) -> None:
+def set_table_values(
+    path: str | Path, table: str, values: Mapping[str, float | str | bool]
+) -> None:
     """Set `values` in `[table]` of the TOML file at `path`, creating the file or table if needed.
 
     Raises:
         ConfigError: the file is not valid TOML, defines the table in a form this editor
-            does not rewrite (inline or dotted keys), or cannot be written.
+            does not rewrite (inline, dotted keys, sub-tables only), or cannot be written.
     """
     path = Path(path)
     old_text = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -41,14 +43,17 @@ def set_table_values(path: str | Path, table: str, values: Mapping[str, float | 
         raise ConfigError(f"{path}: '{table}' is not a table; set {', '.join(values)} by hand.")
     if table in old and not _has_header(old_text, table):
         raise ConfigError(
-            f"{path}: [{table}] is written inline or with dotted keys; set {', '.join(values)} by hand."
+            f"{path}: [{table}] is written inline, with dotted keys or only through sub-tables; "
+            f"set {', '.join(values)} by hand."
         )
     new_text = _rewrite(old_text, table, values)
     new = _parse(new_text, path)
     expected = {k: dict(v) if isinstance(v, dict) else v for k, v in old.items()}
     expected.setdefault(table, {}).update(values)
     if new != expected:  # the edit must change exactly the named keys
-        raise ConfigError(f"{path}: could not update [{table}] safely; set {', '.join(values)} by hand.")
+        raise ConfigError(
+            f"{path}: could not update [{table}] safely; set {', '.join(values)} by hand."
+        )
     _write_atomically(path, new_text)
 
 
@@ -70,22 +75,24 @@ def _has_header(text: str, table: str) -> bool:
     return any(_header_name(line) == table for line in text.splitlines())
 
 
-def _format(value: float | int | str | bool) -> str:
+def _format(value: float | str | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
+    if isinstance(value, int | float):
         return repr(value)
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _rewrite(text: str, table: str, values: Mapping[str, float | int | str | bool]) -> str:
+def _rewrite(text: str, table: str, values: Mapping[str, float | str | bool]) -> str:
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if _header_name(line) == table), None)
     if start is None:
         block = [f"[{table}]", *(f"{k} = {_format(v)}" for k, v in values.items())]
         prefix = "\n".join(lines).rstrip("\n")
         return (prefix + "\n\n" if prefix else "") + "\n".join(block) + "\n"
-    end = next((i for i in range(start + 1, len(lines)) if _header_name(lines[i]) is not None), len(lines))
+    end = next(
+        (i for i in range(start + 1, len(lines)) if _header_name(lines[i]) is not None), len(lines)
+    )
     pending = dict(values)
     for i in range(start + 1, end):
         match = re.match(r"^(\s*)([A-Za-z0-9_\-]+)(\s*=\s*)([^#]*?)(\s*#.*)?$", lines[i])

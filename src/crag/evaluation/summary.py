@@ -120,7 +120,11 @@ def summarize(run: EvalRun) -> EvalReport:
     settings = run.settings
     upper = settings.grader.upper
     llm = settings.llm.configured
-    grader_kind = "llm" if settings.grader.kind == "llm" or (settings.grader.kind == "auto" and llm) else "lexical"
+    grader_kind = (
+        "llm"
+        if settings.grader.kind == "llm" or (settings.grader.kind == "auto" and llm)
+        else "lexical"
+    )
     synth_kind = settings.synthesizer.kind
     if synth_kind == "auto":
         synth_kind = "llm" if llm else "extractive"
@@ -129,7 +133,9 @@ def summarize(run: EvalRun) -> EvalReport:
         mine = [o for o in run.outcomes if o.system == system.name]
         splits = {
             split: summarize_split(
-                [o for o in mine if split == "all" or o.split == split], grading=system.grading, upper=upper
+                [o for o in mine if split == "all" or o.split == split],
+                grading=system.grading,
+                upper=upper,
             )
             for split in SPLITS
         }

@@ -61,7 +61,11 @@ def _build_rag(settings: Settings, index: ChunkIndex) -> Any:
         refiner = corrective.refiner
         # Every sentence of every retrieved chunk, none filtered out: the extractive
         # synthesizer then picks the best, as an LLM would read every chunk.
-        reader = StripRefiner(refiner.evaluator, max_strips=None, min_score=0.0) if isinstance(refiner, StripRefiner) else refiner
+        reader = (
+            StripRefiner(refiner.evaluator, max_strips=None, min_score=0.0)
+            if isinstance(refiner, StripRefiner)
+            else refiner
+        )
     return PlainRAGWorkflow(
         retriever=corrective.retriever,
         synthesizer=corrective.synthesizer,
@@ -71,12 +75,16 @@ def _build_rag(settings: Settings, index: ChunkIndex) -> Any:
 
 
 _REGISTRY: dict[str, System] = {
-    "rag": System("rag", _build_rag, grading=False, description="plain RAG: retrieve -> synthesize"),
+    "rag": System(
+        "rag", _build_rag, grading=False, description="plain RAG: retrieve -> synthesize"
+    ),
     "crag": System("crag", _build_crag, description="corrective RAG (the configured workflow)"),
 }
 
 
-def register_system(name: str, build: Builder, *, grading: bool = True, description: str = "") -> System:
+def register_system(
+    name: str, build: Builder, *, grading: bool = True, description: str = ""
+) -> System:
     """Make `name` available to `crag eval --systems`; replaces a system of the same name."""
     if not name or "," in name or ":" in name:
         raise ConfigError(f"A system name must be non-empty without ',' or ':', not {name!r}.")
@@ -117,5 +125,7 @@ def _resolve(name: str) -> System:
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"Cannot load system {name!r}: {exc}.") from None
     if not callable(build):
-        raise ConfigError(f"System {name!r} is not callable; expected a function (settings, index) -> workflow.")
+        raise ConfigError(
+            f"System {name!r} is not callable; expected a function (settings, index) -> workflow."
+        )
     return System(name, build, description=f"{name} (loaded)")

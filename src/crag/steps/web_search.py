@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from crag.errors import SearchError, redact, register_secret
+from crag.errors import SearchError, redact, register_secret, scrub
 from crag.readers import find_files, read_documents
 from crag.steps.bm25 import BM25
 
@@ -119,6 +119,7 @@ class TavilySearch:
         except SearchError:
             raise
         except Exception as exc:  # noqa: BLE001 - the client raises many kinds
+            scrub(exc)  # an error body may echo the key
             raise SearchError(f"Tavily search failed: {redact(self._explain(exc))}") from exc
         return [
             NodeWithScore(

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 
+from crag.config import GraderSettings
 from crag.errors import ConfigError, CragError, QueryError, StepError, redact
 from crag.events import (
     CragResult,
@@ -47,6 +48,7 @@ from crag.steps.synthesis import ExtractiveSynthesizer
 from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
 
 MAX_QUERY_CHARS = 4000
+_DEFAULT_GRADES = GraderSettings()  # thresholds calibrated on the dev sets (crag calibrate)
 T = TypeVar("T")
 
 # Which refined knowledge synthesis waits for, by verdict.
@@ -95,8 +97,8 @@ class CorrectiveRAGWorkflow(Workflow):
         rewriter: QueryRewriter,
         web_search: WebSearch,
         synthesizer: Synthesizer,
-        upper: float = 0.6,
-        lower: float = 0.35,
+        upper: float = _DEFAULT_GRADES.upper,
+        lower: float = _DEFAULT_GRADES.lower,
         speculative_rewrite: bool = True,
         fallback_rewriter: QueryRewriter | None = None,
         fallback_synthesizer: Synthesizer | None = None,

@@ -75,7 +75,9 @@ class PlainRAGWorkflow(Workflow):
         if not query:
             raise QueryError("The question is empty; ask something.")
         if len(query) > MAX_QUERY_CHARS:
-            raise QueryError(f"The question is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}.")
+            raise QueryError(
+                f"The question is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}."
+            )
         started = perf_counter()
         with _recording("retrieve", ev, started, started) as record:
             chunks = await self.retriever.retrieve(query)

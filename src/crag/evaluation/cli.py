@@ -1,0 +1,192 @@
+"""The `crag eval` and `crag calibrate` commands, registered on crag's own parser."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from crag.config import CONFIG_FILE, Settings
+from crag.errors import ConfigError
+
+
+def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `eval` and `calibrate` to the `crag` command's subcommands."""
+    p = sub.add_parser(
+        "eval",
+        help="measure answer quality against plain RAG on labelled questions",
+        description="Run each system on every question of DATASET over an index of CORPUS "
+        "(minus the dropped gold passages) and report accuracy, verdicts, evaluator accuracy, "
+        "calls and latency, overall and split by gold present / dropped.",
+    )
+    p.add_argument(
+        "--dataset",
+        type=Path,
+        required=True,
+        help="questions, JSON Lines: id, question, answers, doc_id",
+    )
+    p.add_argument(
+        "--corpus", type=Path, required=True, help="passages, JSON Lines: doc_id, title, text"
+    )
+    p.add_argument(
+        "--web-corpus", type=Path, help="searched as the web (default: the whole --corpus)"
+    )
+    p.add_argument(
+        "--drop-gold",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="remove the gold passage of a random share P of the questions from the index",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random gold drop (default 0)")
+    p.add_argument(
+        "--systems",
+        default="rag,crag",
+        help="comma-separated: rag, crag, or module:function builders (default rag,crag)",
+    )
+    p.add_argument("--limit", type=int, help="only the first N questions")
+    p.add_argument(
+        "--concurrency", type=int, help="questions in flight (default 1 offline, 8 with an LLM)"
+    )
+    p.add_argument(
+        "--out", type=Path, help="write eval.json, eval.md, outcomes.jsonl and PNG charts here"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_eval)
+
+    p = sub.add_parser(
+        "calibrate",
+        help="fit the grader's upper/lower thresholds on labelled questions and save them",
+        description="Grade the retrieved chunks of every question (with the gold passages of a "
+        "random share removed), fit the thresholds against the labels, and write them to "
+        "[grader] in crag.toml, keeping everything else in the file.",
+    )
+    p.add_argument(
+        "--dataset",
+        type=Path,
+        action="append",
+        required=True,
+        help="questions (JSON Lines); repeat with --corpus to pool several sets",
+    )
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        action="append",
+        required=True,
+        help="the passages of the --dataset in the same position",
+    )
+    p.add_argument(
+        "--label",
+        choices=["gold", "answer"],
+        default="gold",
+        help="relevant means: from the gold passage (default), or containing an answer",
+    )
+    p.add_argument(
+        "--target-precision",
+        type=float,
+        help="fit upper to this precision for relevant chunks instead of the best accuracy",
+    )
+    p.add_argument(
+        "--lower-recall",
+        type=float,
+        default=0.98,
+        help="share of relevant chunks kept at or above lower (default 0.98)",
+    )
+    p.add_argument(
+        "--drop-gold",
+        type=float,
+        default=0.5,
+        metavar="P",
+        help="share of questions whose gold passage leaves the index (default 0.5)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--write",
+        type=Path,
+        metavar="TOML",
+        help=f"settings file to update (default: --config, else ./{CONFIG_FILE})",
+    )
+    p.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_calibrate)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from crag.evaluation.report import charts_available, markdown, write_outputs
+    from crag.evaluation.runner import EvalOptions, evaluate
+    from crag.evaluation.summary import summarize
+
+    if args.out is not None and not charts_available():
+        print(
+            "crag: note: matplotlib is not installed, so --out gets no charts "
+            "(pip install 'crag[eval]')",
+            file=sys.stderr,
+        )
+    options = EvalOptions(
+        dataset=args.dataset,
+        corpus=args.corpus,
+        web_corpus=args.web_corpus,
+        drop_gold=args.drop_gold,
+        seed=args.seed,
+        systems=args.systems,
+        limit=args.limit,
+        concurrency=args.concurrency,
+    )
+    run = evaluate(options, Settings.load(args.config))
+    report = summarize(run)
+    if args.out is not None:
+        written = write_outputs(report, run.outcomes, args.out)
+        print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    print(report.model_dump_json() if args.json else markdown(report))
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from crag.evaluation.calibrate import calibrate
+    from crag.evaluation.settings_file import set_table_values
+
+    if len(args.dataset) != len(args.corpus):
+        raise ConfigError(
+            f"{len(args.dataset)} --dataset but {len(args.corpus)} --corpus; give one corpus per dataset."
+        )
+    result = calibrate(
+        list(zip(args.dataset, args.corpus)),
+        Settings.load(args.config),
+        label=args.label,
+        target_precision=args.target_precision,
+        lower_recall=args.lower_recall,
+        drop_fraction=args.drop_gold,
+        seed=args.seed,
+    )
+    target = args.write or args.config or Path(CONFIG_FILE)
+    if not args.dry_run:
+        set_table_values(target, "grader", {"upper": result.upper, "lower": result.lower})
+    if args.json:
+        print(
+            json.dumps(
+                {**result.model_dump(mode="json"), "written": None if args.dry_run else str(target)}
+            )
+        )
+        return 0
+    at = result.at_upper
+    agree = result.verdicts
+    print(
+        f"upper = {result.upper}   (objective: {result.objective}; label: {result.label})\n"
+        f"lower = {result.lower}   ({100 * result.recall_at_lower:.1f}% of relevant chunks at or above it)\n"
+        f"{result.pairs} graded chunks of {result.questions} questions, {result.positives} relevant.\n"
+        f"At upper: accuracy {_pct(at.accuracy)}% (always 'irrelevant': {_pct(at.majority_accuracy)}%), "
+        f"balanced accuracy {_pct(at.balanced_accuracy)}%, precision {_pct(at.precision)}%, "
+        f"recall {_pct(at.recall)}%, ROC AUC {at.roc_auc:.3f}.\n"
+        f"Verdicts: gold retrieved {agree.gold_retrieved}; not retrieved {agree.gold_not_retrieved}."
+    )
+    print(
+        "(dry run: nothing written)"
+        if args.dry_run
+        else f"wrote [grader] upper and lower to {target}"
+    )
+    return 0
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"

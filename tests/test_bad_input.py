@@ -1,0 +1,281 @@
+"""Bad input at the command line: each is one line on stderr, `crag: error: ...`, naming the
+problem, and a non-zero exit code; nothing is half-done (an index is not replaced by a
+broken or empty one, and nothing that is not an index is ever deleted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import crag
+from crag.cli import main
+
+DOCS = {
+    "battery.md": "# Battery\nThe Zephyr drone battery lasts 42 minutes per charge.\n",
+    "camera.md": "# Camera\nThe Zephyr camera records 4K video at 60 frames per second.\n",
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run where no crag.toml is, with no crag settings in the environment."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in DOCS.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def index_dir(docs: Path, tmp_path: Path) -> Path:
+    crag.ingest([docs], tmp_path / "index")
+    return tmp_path / "index"
+
+
+def fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """Run `crag *argv`; it must fail with exit code 2 and one `crag: error:` line, returned."""
+    code = main([*argv, "--quiet"] if argv[0] in ("ask", "ingest") else list(argv))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("crag: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+# --- the question -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "message"),
+    [
+        ("", "The question is empty"),
+        (" \t\n ", "The question is empty"),
+        ("x" * 1_000_000, "The question is 1000000 characters long; the limit is 4000"),
+        ("why " * 250_000, "the limit is 4000"),
+    ],
+    ids=["empty", "whitespace", "one-megabyte", "a-million-characters-of-words"],
+)
+def test_an_unusable_question_is_refused_before_any_work(
+    capsys: pytest.CaptureFixture[str], index_dir: Path, question: str, message: str
+) -> None:
+    assert message in fails(capsys, "ask", question, "--index", str(index_dir))
+
+
+@pytest.mark.parametrize("question", ["???", "\x00\x01\x02", "🙂🙂🙂", "the of and", "a" * 3999])
+def test_a_question_without_searchable_words_is_answered_as_not_found(
+    capsys: pytest.CaptureFixture[str], index_dir: Path, question: str
+) -> None:
+    assert main(["ask", question, "--index", str(index_dir), "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "incorrect" and out["answer"]
+
+
+# --- the files to ingest --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("latin1.txt", "Caf\xe9 cr\xe8me".encode("latin-1"), "latin1.txt is not UTF-8 text"),
+        ("image.md", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "image.md is not UTF-8 text"),
+        ("nul.txt", b"text\x00with a NUL", "nul.txt looks binary"),
+        ("page.html", bytes(range(256)), "page.html is not UTF-8 text"),
+        ("broken.jsonl", b'{"doc_id": "a", "text": "ok"}\n{"doc_id": "b", "te', "broken.jsonl:2"),
+        ("list.jsonl", b'["doc_id", "text"]\n', "list.jsonl:1: expected a JSON object"),
+        ("no-text.jsonl", b'{"doc_id": "a", "body": "x"}\n', "no-text.jsonl:1: expected a JSON object"),
+        ("report.pdf", b"%PDF-1.4", "report.pdf: unsupported file type"),
+    ],
+)
+def test_an_unreadable_file_is_named_and_the_old_index_is_kept(
+    capsys: pytest.CaptureFixture[str], index_dir: Path, tmp_path: Path, name: str, content: bytes, message: str
+) -> None:
+    before = [n.node_id for n in crag.ChunkIndex.load(index_dir).nodes]
+    bad = tmp_path / name
+    bad.write_bytes(content)
+    assert message in fails(capsys, "ingest", str(bad), "--index", str(index_dir))
+    assert [n.node_id for n in crag.ChunkIndex.load(index_dir).nodes] == before
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("empty.jsonl", ""), ("blank-lines.jsonl", "\n\n  \n"), ("spaces.txt", "   \n\t\n"), ("empty.md", "")],
+)
+def test_files_without_text_are_an_error_not_an_empty_index(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, content: str
+) -> None:
+    (tmp_path / name).write_text(content, encoding="utf-8")
+    message = fails(capsys, "ingest", str(tmp_path / name), "--index", str(tmp_path / "index"))
+    assert f"No text to index in {name}" in message
+    assert not (tmp_path / "index").exists()
+
+
+def test_an_empty_folder_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    message = fails(capsys, "ingest", str(tmp_path / "empty"), "--index", str(tmp_path / "index"))
+    assert "No .txt, .md, .html or .jsonl files found in" in message
+
+
+def test_a_chunk_overlap_not_smaller_than_the_chunk_size_is_a_settings_error(
+    capsys: pytest.CaptureFixture[str], docs: Path, tmp_path: Path
+) -> None:
+    message = fails(capsys, "ingest", str(docs), "--index", str(tmp_path / "index"), "--chunk-size", "20")
+    assert "index.chunk_overlap (32) must be smaller than index.chunk_size (20)" in message
+
+
+# --- where the index goes ----------------------------------------------------------------------------
+
+
+def test_ingesting_into_a_folder_that_is_not_an_index_leaves_the_folder_alone(
+    capsys: pytest.CaptureFixture[str], docs: Path
+) -> None:
+    """`crag ingest docs --index docs` (a slip of the fingers) must not replace the documents
+    with an index: writing an index swaps the whole folder and deletes the old one."""
+    message = fails(capsys, "ingest", str(docs), "--index", str(docs))
+    assert "is a folder of other things" in message and "not a crag index" in message
+    assert sorted(p.name for p in docs.iterdir()) == sorted(DOCS)
+
+
+def test_ingesting_into_a_file_leaves_the_file_alone(
+    capsys: pytest.CaptureFixture[str], docs: Path, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes", encoding="utf-8")
+    assert "is a file, not a crag index folder" in fails(capsys, "ingest", str(docs), "--index", str(notes))
+    assert notes.read_text(encoding="utf-8") == "my notes"
+
+
+# --- a missing or damaged index --------------------------------------------------------------------
+
+
+def truncate_nodes(index: Path) -> None:
+    data = (index / "nodes.jsonl").read_bytes()
+    (index / "nodes.jsonl").write_bytes(data[:-40])  # the last chunk cut short, as by a full disk
+
+
+def garbage_embeddings(index: Path) -> None:
+    (index / "embeddings.npy").write_bytes(b"this is not an array" * 10)
+
+
+def more_embeddings_than_chunks(index: Path) -> None:
+    np.save(index / "embeddings.npy", np.zeros((len(DOCS) + 3, 256), dtype=np.float32))
+
+
+def embeddings_of_another_model(index: Path) -> None:
+    np.save(index / "embeddings.npy", np.zeros((len(DOCS), 384), dtype=np.float32))
+
+
+def nodes_that_are_not_chunks(index: Path) -> None:
+    (index / "nodes.jsonl").write_text("{}\n[]\n", encoding="utf-8")
+
+
+def nodes_not_utf8(index: Path) -> None:
+    (index / "nodes.jsonl").write_bytes(b"\xff\xfe\x00\x01")
+
+
+def manifest_missing(index: Path) -> None:
+    (index / "manifest.json").unlink()
+
+
+def manifest_not_crags(index: Path) -> None:
+    (index / "manifest.json").write_text("[1, 2, 3]", encoding="utf-8")
+
+
+def embeddings_missing(index: Path) -> None:
+    (index / "embeddings.npy").unlink()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (truncate_nodes, "is unreadable (nodes.jsonl line 2 is not valid JSON; the file may be cut short)"),
+        (garbage_embeddings, "is unreadable (embeddings.npy is not a NumPy array file)"),
+        (embeddings_missing, "is unreadable (embeddings.npy is missing)"),
+        (more_embeddings_than_chunks, "is inconsistent (2 chunks but 5 embeddings)"),
+        (embeddings_of_another_model, "is inconsistent (embeddings have shape (2, 384), expected (chunks, 256))"),
+        (nodes_that_are_not_chunks, "is unreadable (nodes.jsonl line 1 is not a chunk)"),
+        (nodes_not_utf8, "is unreadable (nodes.jsonl is not UTF-8 text)"),
+        (manifest_missing, "is unreadable (manifest.json is missing)"),
+        (manifest_not_crags, "is unreadable (manifest.json is not crag's manifest)"),
+    ],
+)
+def test_a_damaged_index_is_named_with_what_is_wrong_and_how_to_rebuild_it(
+    capsys: pytest.CaptureFixture[str], index_dir: Path, docs: Path, damage, message: str
+) -> None:
+    damage(index_dir)
+    error = fails(capsys, "ask", "How long does the battery last?", "--index", str(index_dir))
+    assert f"The index at {index_dir} {message}" in error
+    assert f"remove the folder and build it again: crag ingest YOUR_DOCS --index {index_dir}" in error
+    # ingesting into it says the same, rather than guessing what it held
+    assert message in fails(capsys, "ingest", str(docs), "--index", str(index_dir))
+
+
+def test_a_missing_index_says_how_to_build_one(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    message = fails(capsys, "ask", "anything?", "--index", str(tmp_path / "nowhere"))
+    assert f"No crag index at {tmp_path / 'nowhere'}. Build one first: crag ingest" in message
+
+
+def test_an_index_path_that_is_a_file_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "index").write_text("not a folder", encoding="utf-8")
+    assert "is a file, not a crag index folder" in fails(capsys, "ask", "anything?", "--index", str(tmp_path / "index"))
+
+
+# --- settings ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[grader]\nkind = "magic"\n', "grader.kind: Input should be 'auto', 'lexical' or 'llm'"),
+        ('[synthesizer]\nkind = "gpt"\n', "synthesizer.kind: Input should be"),
+        ('[web_search]\nkind = "google"\n', "web_search.kind: Input should be"),
+        ("[grader]\nupper = 0.2\nlower = 0.5\n", "grader.lower (0.5) must not exceed grader.upper (0.2)"),
+        ("[grader]\nupper = 1.5\n", "grader.upper: Input should be less than or equal to 1"),
+        ('[grader]\nupper = "high"\n', "grader.upper: Input should be a valid number"),
+        ("[grader]\nuper = 0.7\n", "grader.uper: Extra inputs are not permitted"),
+        ("[grader]\n[grader]\n", "is not valid TOML"),
+        ("grader = 3\n", "Config section [grader] must be a table of settings"),
+        ("[retriever]\ntop_k = 0\n", "retriever.top_k: Input should be greater than 0"),
+        ('[web_search]\nkind = "tavily"\n', "web_search.kind is 'tavily' but TAVILY_API_KEY is not set"),
+        ('[grader]\nkind = "llm"\n', "An LLM component was chosen but no model is configured"),
+    ],
+)
+def test_a_bad_setting_is_named(
+    capsys: pytest.CaptureFixture[str], index_dir: Path, tmp_path: Path, toml: str, message: str
+) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(toml, encoding="utf-8")
+    assert message in fails(capsys, "--config", str(config), "ask", "How long?", "--index", str(index_dir))
+
+
+def test_a_bad_threshold_on_the_command_line_is_named(capsys: pytest.CaptureFixture[str], index_dir: Path) -> None:
+    message = fails(capsys, "ask", "How long?", "--index", str(index_dir), "--upper", "0.3", "--lower", "0.6")
+    assert "grader.lower (0.6) must not exceed grader.upper (0.3)" in message
+
+
+def test_a_bad_setting_in_the_environment_is_named(
+    capsys: pytest.CaptureFixture[str], index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAG_GRADER__UPPER", "very")
+    assert "grader.upper: Input should be a valid number" in fails(capsys, "ask", "How long?", "--index", str(index_dir))
+
+
+def test_a_config_file_that_is_not_text_or_not_there_is_named(
+    capsys: pytest.CaptureFixture[str], index_dir: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "binary.toml").write_bytes(b"\xff\xfe[grader]")
+    assert "binary.toml is not valid TOML" in fails(
+        capsys, "--config", str(tmp_path / "binary.toml"), "ask", "How long?", "--index", str(index_dir)
+    )
+    assert "missing.toml does not exist" in fails(
+        capsys, "--config", str(tmp_path / "missing.toml"), "ask", "How long?", "--index", str(index_dir)
+    )

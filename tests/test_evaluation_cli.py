@@ -1,0 +1,157 @@
+"""`crag eval` end to end on ten hand-made questions, and on the shared SQuAD dev set when present."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SHARED_DATA
+
+from crag import Settings
+from crag.cli import main
+from crag.evaluation.runner import EvalOptions, evaluate
+
+DATA = Path(__file__).parent / "data"
+QUESTIONS, CORPUS = DATA / "eval_questions.jsonl", DATA / "eval_corpus.jsonl"
+
+
+def eval_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert (
+        main(["eval", "--dataset", str(QUESTIONS), "--corpus", str(CORPUS), *args, "--json"]) == 0
+    )
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def split(report: dict, system: str, name: str) -> dict:
+    (found,) = [s for s in report["systems"] if s["name"] == system]
+    return found["splits"][name]
+
+
+def test_a_ten_question_eval_compares_crag_with_plain_rag(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    report = eval_json(capsys, "--drop-gold", "0.5", "--seed", "0", "--out", str(tmp_path / "out"))
+    assert (report["questions"], report["gold_dropped_questions"], report["drop_gold"]) == (
+        10,
+        5,
+        0.5,
+    )
+    assert [s["name"] for s in report["systems"]] == ["rag", "crag"]
+    rag_dropped, crag_dropped = (
+        split(report, "rag", "gold-dropped"),
+        split(report, "crag", "gold-dropped"),
+    )
+    rag_present, crag_present = (
+        split(report, "rag", "gold-present"),
+        split(report, "crag", "gold-present"),
+    )
+    # Without its gold passage plain RAG cannot answer; CRAG finds it on the web.
+    assert rag_dropped["gold_retrieved"] == 0.0 and rag_dropped["answer_accuracy"] <= 0.2
+    assert crag_dropped["gold_in_context"] >= 0.8 and crag_dropped["answer_accuracy"] >= 0.8
+    assert crag_present["answer_accuracy"] >= rag_present["answer_accuracy"] >= 0.8
+    # Every dropped question is sent to the web; the present ones are answered from the index.
+    assert (
+        crag_dropped["verdicts"]["correct"] == 0.0
+        and crag_dropped["search_calls_per_question"] == 1.0
+    )
+    assert crag_present["verdicts"]["correct"] >= 0.8
+    assert rag_present["verdicts"] is None and rag_present["search_calls_per_question"] == 0.0
+    evaluator = split(report, "crag", "all")["evaluator"]
+    assert evaluator["is_gold"]["n"] == evaluator["has_answer"]["n"] > 0
+    assert evaluator["is_gold"]["roc_auc"] > 0.9
+    assert (
+        split(report, "crag", "all")["latency_p95"]
+        >= split(report, "crag", "all")["latency_p50"]
+        > 0
+    )
+
+
+def test_out_writes_json_markdown_outcomes_and_charts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    report = eval_json(capsys, "--drop-gold", "0.3", "--out", str(out))
+    assert json.loads((out / "eval.json").read_text()) == report
+    markdown = (out / "eval.md").read_text()
+    for heading in ("## Answer accuracy", "## Verdicts", "## Evaluator", "## Cost and latency"):
+        assert heading in markdown
+    outcomes = [json.loads(line) for line in (out / "outcomes.jsonl").read_text().splitlines()]
+    assert len(outcomes) == 20 and {o["system"] for o in outcomes} == {"rag", "crag"}
+    pytest.importorskip("matplotlib")
+    for chart in ("accuracy.png", "verdicts.png", "latency.png"):
+        assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_json_the_tables_are_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "--dataset", str(QUESTIONS), "--corpus", str(CORPUS), "--limit", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "# crag eval: eval_questions.jsonl" in out and "| rag |" in out and "| crag |" in out
+
+
+def test_the_same_seed_gives_the_same_report(capsys: pytest.CaptureFixture[str]) -> None:
+    def stable(report: dict) -> list:
+        return [
+            (s["name"], {k: v["answer_accuracy"] for k, v in s["splits"].items()})
+            for s in report["systems"]
+        ]
+
+    first = eval_json(capsys, "--drop-gold", "0.5", "--seed", "4")
+    assert stable(eval_json(capsys, "--drop-gold", "0.5", "--seed", "4")) == stable(first)
+
+
+def test_a_progress_bar_counts_every_run_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    evaluate(
+        EvalOptions(dataset=QUESTIONS, corpus=CORPUS, limit=3), Settings.load(env={}), progress=True
+    )
+    err = capsys.readouterr().err
+    assert "crag eval" in err and "6/6" in err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--systems", "rag,oracle"], "Unknown system 'oracle'"),
+        (["--systems", "rag,no_such_module:build"], "Cannot load system"),
+        (["--drop-gold", "1.5"], "--drop-gold must be a fraction"),
+        (["--limit", "0"], "--limit must be positive"),
+        (["--concurrency", "0"], "--concurrency must be positive"),
+    ],
+)
+def test_bad_arguments_are_one_clear_line_and_exit_code_2(
+    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    assert main(["eval", "--dataset", str(QUESTIONS), "--corpus", str(CORPUS), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crag: error:") and message in err and "Traceback" not in err
+
+
+def test_a_missing_dataset_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["eval", "--dataset", str(tmp_path / "none.jsonl"), "--corpus", str(CORPUS)]) == 2
+    assert "none.jsonl does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    not (SHARED_DATA / "squad-dev.jsonl").exists(),
+    reason="shared data not checked out beside the repo",
+)
+def test_ten_squad_dev_questions_run_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [
+        "eval",
+        "--dataset",
+        str(SHARED_DATA / "squad-dev.jsonl"),
+        "--corpus",
+        str(SHARED_DATA / "squad-dev-corpus.jsonl"),
+        "--limit",
+        "10",
+        "--drop-gold",
+        "0.5",
+        "--json",
+    ]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["questions"] == 10 and report["gold_dropped_questions"] == 5
+    assert (
+        split(report, "crag", "gold-dropped")["answer_accuracy"]
+        > split(report, "rag", "gold-dropped")["answer_accuracy"]
+    )

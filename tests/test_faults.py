@@ -1,0 +1,365 @@
+"""Faults at the model server and at Tavily, injected by loopback servers on 127.0.0.1.
+
+Each run either answers, with `degraded` saying which fallback stood in and why, or fails
+with one clear error; it never hangs and never shows a raw traceback. Retries are bounded:
+the servers count the attempts. Nothing of crag is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from collections import Counter
+from pathlib import Path
+from time import perf_counter
+
+import pytest
+from workflows.errors import WorkflowTimeoutError
+
+import crag
+from crag.cli import main
+from crag.steps.web_search import TavilySearch
+
+from loopback import (
+    Drop,
+    LoopbackServer,
+    Reply,
+    Stall,
+    Truncated,
+    chat_completion,
+    flaky,
+    openai_chat,
+    tavily_result,
+    tavily_search,
+)
+
+QUESTION = "How long does the Zephyr battery last?"  # answered by the documents
+WEB_QUESTION = "Who painted the Mona Lisa?"  # not: the verdict is Incorrect, so Tavily is asked
+MODEL = "loopback-model"
+DOCS = {
+    "battery.md": "# Battery\nThe Zephyr drone battery lasts 42 minutes per charge.\n",
+    "charger.md": "# Charger\nThe Zephyr charger fills an empty battery in about two hours.\n",
+    "camera.md": "# Camera\nThe Zephyr camera records 4K video at 60 frames per second.\n",
+}
+MONA_LISA = tavily_result(
+    "Mona Lisa", "https://example.org/mona-lisa", "The Mona Lisa was painted by Leonardo da Vinci."
+)
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("faults")
+    (root / "docs").mkdir()
+    for name, text in DOCS.items():
+        (root / "docs" / name).write_text(text, encoding="utf-8")
+    crag.ingest([root / "docs"], root / "index")
+    return root / "index"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm(index_dir: Path) -> None:
+    """One healthy run first: it loads the models, the sentence tables and the openai
+    client, so the time limits below measure fault handling, not first use."""
+    with LoopbackServer(openai_chat(model_reply)) as server:
+        asyncio.run(ask_llm(server, index_dir))
+
+
+def model_reply(prompt: str) -> str:
+    """A healthy model: battery chunks rated 9, others 1; a keyword rewrite; a cited answer."""
+    if "Rate how relevant the document is" in prompt:
+        document = prompt.split("Document:", 1)[1].split("Rate how relevant", 1)[0]
+        return "9" if "battery" in document.lower() else "1"
+    if prompt.startswith("Rewrite the question"):
+        return "zephyr battery life"
+    return "It lasts 42 minutes [1]."
+
+
+async def ask_llm(server: LoopbackServer, index_dir: Path, **env: str) -> crag.CragResult:
+    """Ask QUESTION with every LLM component at `server` and no web search."""
+    settings = crag.Settings.load(
+        env={"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": "sk-test", "OPENAI_MODEL": MODEL, **env},
+        index={"path": index_dir},
+    )
+    return await crag.build_workflow(settings).run(query=QUESTION)
+
+
+def web_workflow(server: LoopbackServer, index_dir: Path, **env: str) -> crag.CorrectiveRAGWorkflow:
+    """Offline components, with Tavily at `server`."""
+    settings = crag.Settings.load(
+        env={"TAVILY_API_KEY": "tvly-test", "CRAG_WEB_SEARCH__BASE_URL": server.url, **env},
+        index={"path": index_dir},
+    )
+    return crag.build_workflow(settings)
+
+
+def attempts_per_request(server: LoopbackServer) -> Counter:
+    """How many times each distinct request body arrived."""
+    return Counter(r.raw for r in server.requests)
+
+
+def retried_pair(server: LoopbackServer) -> tuple:
+    """The two arrivals of the one request that was sent twice."""
+    (body,) = [b for b, n in attempts_per_request(server).items() if n == 2]
+    return tuple(r for r in server.requests if r.raw == body)
+
+
+# --- the model server ---------------------------------------------------------------------------
+
+OPENAI_500 = Reply(500, {"error": {"message": "overloaded", "type": "server_error"}}, {"retry-after-ms": "10"})
+
+LLM_FAULTS = [
+    # fault, max_retries, attempts per call, the error type, a detail of the message.
+    # Connection faults are retried too (see the transient test below); here they run
+    # without retries, since the client's backoff cannot be shortened and costs ~0.5 s.
+    pytest.param(OPENAI_500, 1, 2, "InternalServerError", "overloaded", id="http-500"),
+    pytest.param(Drop(reset=True), 0, 1, "APIConnectionError", "Connection error", id="connection-reset"),
+    pytest.param(Drop(), 0, 1, "APIConnectionError", "Connection error", id="hang-up-without-answer"),
+    pytest.param(Stall(10), 0, 1, "APITimeoutError", "timed out", id="no-answer-within-timeout"),
+    pytest.param(
+        Truncated(Reply(200, chat_completion("9", model=MODEL)), keep=40),
+        0, 1, "APIConnectionError", "Connection error", id="body-cut-short",
+    ),
+    pytest.param(
+        Reply(200, '{"id": "chatcmpl-1", "choices": [{"mess', {"Content-Type": "application/json"}),
+        1, 1, "ModelReplyError", "not valid JSON", id="truncated-json",
+    ),
+    pytest.param(
+        Reply(200, "<html>502 Bad Gateway</html>", {"Content-Type": "application/json"}),
+        1, 1, "ModelReplyError", "not valid JSON", id="malformed-json",
+    ),
+    pytest.param(
+        Reply(200, {"id": "chatcmpl-1", "object": "chat.completion", "model": MODEL}),
+        1, 1, "ModelReplyError", "not a chat completion", id="no-choices",
+    ),
+    pytest.param(
+        Reply(200, {**chat_completion("x", model=MODEL), "choices": []}),
+        1, 1, "ModelReplyError", "not a chat completion", id="empty-choices",
+    ),
+    pytest.param(
+        Reply(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}),
+        1, 1, "AuthenticationError", "Incorrect API key", id="http-401-not-retried",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fault", "retries", "attempts", "error", "detail"), LLM_FAULTS)
+async def test_a_faulty_model_server_degrades_every_llm_step_with_bounded_attempts(
+    index_dir: Path, fault: object, retries: int, attempts: int, error: str, detail: str
+) -> None:
+    """Grades fall back to the lexical evaluator, the rewrite to keywords, the answer to the
+    extractive synthesizer; every call is tried 1 + max_retries times at most."""
+    with LoopbackServer(lambda request: fault) as server:
+        started = perf_counter()
+        result = await ask_llm(server, index_dir, CRAG_LLM__MAX_RETRIES=str(retries), CRAG_LLM__TIMEOUT="0.3")
+        took = perf_counter() - started
+
+    tries = attempts_per_request(server)
+    assert len(tries) == len(result.grades) + 2, "one request per chunk grade, the rewrite and the answer"
+    assert set(tries.values()) == {attempts}
+    degraded = dict(entry.split(": ", 1) for entry in result.degraded)
+    assert set(degraded) == {"grade", "rewrite", "synthesize"}
+    assert all(error in reason for reason in degraded.values())
+    assert detail in degraded["rewrite"] and detail in degraded["synthesize"]
+    assert all(g.grader == "lexical" and error in g.note for g in result.grades)
+    assert "42 minutes" in result.answer and "[1]" in result.answer, "the extractive answer, cited"
+    assert took < 3
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(OPENAI_500, id="http-500"),
+        pytest.param(Drop(reset=True), id="connection-reset"),
+        pytest.param(Truncated(Reply(200, chat_completion("9", model=MODEL)), keep=40), id="body-cut-short"),
+    ],
+)
+async def test_a_transient_model_fault_is_retried_and_leaves_no_trace_in_the_answer(
+    index_dir: Path, fault: object
+) -> None:
+    with LoopbackServer(flaky([fault], openai_chat(model_reply))) as server:
+        result = await ask_llm(server, index_dir, CRAG_LLM__MAX_RETRIES="1")
+
+    assert result.degraded == []
+    assert sorted(attempts_per_request(server).values()) == [1] * (len(result.grades) + 1) + [2]
+    assert result.answer == "It lasts 42 minutes [1]."
+
+
+async def test_a_429_with_retry_after_is_waited_out_and_then_the_call_succeeds(index_dir: Path) -> None:
+    limited = Reply(429, {"error": {"message": "Rate limit reached", "type": "requests"}}, {"Retry-After": "1"})
+    with LoopbackServer(flaky([limited], openai_chat(model_reply))) as server:
+        result = await ask_llm(server, index_dir, CRAG_LLM__MAX_RETRIES="2")
+
+    first, again = retried_pair(server)
+    assert again.started - first.finished >= 0.95, "the retry came before Retry-After said"
+    assert result.degraded == []
+    assert len(server.requests) == len(result.grades) + 2 + 1
+
+
+async def test_max_retries_bounds_the_attempts_of_every_model_call(index_dir: Path) -> None:
+    """One layer of retries: llama-index's own retry loop around the client's would make
+    it (1 + n) * n attempts, with 1-20 s waits between its rounds."""
+    with LoopbackServer(lambda request: OPENAI_500) as server:
+        result = await ask_llm(server, index_dir, CRAG_LLM__MAX_RETRIES="3")
+
+    assert set(attempts_per_request(server).values()) == {4}
+    assert len(result.degraded) == 3
+
+
+async def test_a_model_call_that_outlasts_the_timeout_is_abandoned_at_the_timeout(index_dir: Path) -> None:
+    """The server would answer after 5 s; each call gives up at [llm] timeout (0.3 s)."""
+    with LoopbackServer(lambda request: Stall(5, then=Reply(200, chat_completion("9", model=MODEL)))) as server:
+        started = perf_counter()
+        result = await ask_llm(server, index_dir, CRAG_LLM__MAX_RETRIES="0", CRAG_LLM__TIMEOUT="0.3")
+        took = perf_counter() - started
+
+    steps = {s.name: s.seconds for s in result.trace.steps}
+    assert 0.25 < steps["grade"] < 1.0 and 0.25 < steps["synthesize"] < 1.0
+    assert took < 2.5
+    assert len(server.requests) == len(result.grades) + 2  # no retries asked, none made
+
+
+# --- Tavily --------------------------------------------------------------------------------------
+
+WEB_FAULTS = [
+    # fault, attempts with max_retries = 1, a detail of the message
+    pytest.param(Reply(500, {"detail": {"error": "internal"}}), 2, "500 Server Error", id="http-500"),
+    pytest.param(Drop(reset=True), 2, "hung up without answering, 2 attempt(s)", id="connection-reset"),
+    pytest.param(Stall(10), 2, "no answer within 0.3 s per attempt, 2 attempt(s)", id="no-answer-within-timeout"),
+    pytest.param(Truncated(Reply(200, {"results": [MONA_LISA]}), keep=30), 1, "cut off", id="body-cut-short"),
+    pytest.param(
+        Reply(200, '{"query": "mona lisa", "results": [{"ti', {"Content-Type": "application/json"}),
+        1, "the answer is not JSON", id="truncated-json",
+    ),
+    pytest.param(Reply(200, {"query": "mona lisa", "answer": None}), 1, "no 'results' list", id="no-results"),
+    pytest.param(
+        Reply(200, {"results": [{"title": "Mona Lisa", "url": "https://example.org"}]}),
+        1, "result 1 of the answer has no 'content'", id="result-without-content",
+    ),
+    pytest.param(
+        Reply(401, {"detail": {"error": "Unauthorized: missing or invalid API key."}}),
+        1, "invalid API key", id="http-401-not-retried",
+    ),
+    pytest.param(
+        Reply(429, {"detail": {"error": "Rate limited"}}, {"Retry-After": "3600"}),
+        1, "asks to wait 3600 s", id="retry-after-longer-than-crag-waits",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fault", "attempts", "detail"), WEB_FAULTS)
+async def test_a_faulty_tavily_degrades_the_web_search_to_internal_knowledge(
+    index_dir: Path, fault: object, attempts: int, detail: str
+) -> None:
+    with LoopbackServer(lambda request: fault) as server:
+        workflow = web_workflow(server, index_dir, CRAG_WEB_SEARCH__MAX_RETRIES="1", CRAG_WEB_SEARCH__TIMEOUT="0.3")
+        started = perf_counter()
+        result = await workflow.run(query=WEB_QUESTION)
+        took = perf_counter() - started
+
+    assert len(server.requests) == attempts
+    assert result.verdict is crag.Verdict.INCORRECT
+    (entry,) = result.degraded
+    assert entry.startswith("web_search: web search failed (SearchError: Tavily search failed: ")
+    assert detail in entry and entry.endswith("answered from internal knowledge")
+    assert result.answer.strip() and all(s.kind == "internal" for s in result.sources)
+    assert took < 5
+
+
+async def test_a_tavily_429_with_retry_after_is_waited_out_and_then_the_search_succeeds(index_dir: Path) -> None:
+    limited = Reply(429, {"detail": {"error": "Rate limited"}}, {"Retry-After": "1"})
+    with LoopbackServer(flaky([limited], tavily_search([MONA_LISA]))) as server:
+        result = await web_workflow(server, index_dir).run(query=WEB_QUESTION)
+
+    first, again = server.requests
+    assert again.started - first.finished >= 0.95, "the retry came before Retry-After said"
+    assert result.degraded == []
+    assert "Leonardo da Vinci" in result.answer and result.sources[0].url == MONA_LISA["url"]
+
+
+async def test_a_tavily_call_that_outlasts_the_timeout_is_abandoned_at_the_timeout() -> None:
+    with LoopbackServer(lambda request: Stall(5, then=Reply(200, {"results": []}))) as server:
+        searcher = TavilySearch("tvly-test", base_url=server.url, timeout=0.3, max_retries=0)
+        started = perf_counter()
+        with pytest.raises(crag.SearchError, match=r"no answer within 0\.3 s per attempt, 1 attempt"):
+            await searcher.search("mona lisa")
+        took = perf_counter() - started
+
+    assert 0.25 < took < 1.0
+    assert len(server.requests) == 1
+
+
+# --- the whole run --------------------------------------------------------------------------------
+
+
+class NeverAnswers:
+    """A synthesizer that waits forever, as a component stuck on a dead connection would."""
+
+    async def synthesize(self, query: str, strips: list) -> tuple[str, list]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_component_that_never_returns_is_cancelled_at_the_run_timeout(index_dir: Path) -> None:
+    settings = crag.Settings.load(env={}, index={"path": index_dir}, run={"timeout": 0.5})
+    workflow = crag.build_workflow(settings, synthesizer=NeverAnswers())
+    started = perf_counter()
+    with pytest.raises(WorkflowTimeoutError, match="synthesize"):
+        await workflow.run(query=QUESTION)
+    assert perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize("stalled", ["model server", "tavily"])
+def test_the_cli_cancels_a_stalled_run_at_the_run_timeout_and_says_so_in_one_line(
+    index_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stalled: str,
+) -> None:
+    """The server never answers within its own timeout (30 s); [run] timeout is 1 s. The
+    command must end within a few seconds of that, not wait for the stalled call."""
+    monkeypatch.chdir(tmp_path)  # no crag.toml
+    with LoopbackServer(lambda request: Stall(30)) as server:
+        if stalled == "model server":
+            env = {"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": "sk-test",
+                   "CRAG_LLM__TIMEOUT": "30", "CRAG_LLM__MAX_RETRIES": "0"}
+            question = QUESTION
+        else:
+            env = {"TAVILY_API_KEY": "tvly-test", "CRAG_WEB_SEARCH__BASE_URL": server.url,
+                   "CRAG_WEB_SEARCH__TIMEOUT": "30", "CRAG_WEB_SEARCH__MAX_RETRIES": "0"}
+            question = WEB_QUESTION
+        for name, value in {**env, "CRAG_RUN__TIMEOUT": "1"}.items():
+            monkeypatch.setenv(name, value)
+        started = perf_counter()
+        code = main(["ask", question, "--index", str(index_dir), "--quiet"])
+        took = perf_counter() - started
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("crag: error: the run was cancelled")
+    assert "[run] timeout" in err and "Traceback" not in err
+    assert 1.0 <= took < 4.0
+    assert len(server.requests) >= 1
+
+
+# --- load ------------------------------------------------------------------------------------------
+
+
+def test_twenty_concurrent_queries_against_faulty_servers_all_end_answered_or_with_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """benchmarks/load.py, small: one workflow, 20 concurrent runs, 30% of calls faulty."""
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(benchmarks))  # the server processes import `load` by name
+    spec = importlib.util.spec_from_file_location("load", benchmarks / "load.py")
+    load = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "load", load)
+    spec.loader.exec_module(load)
+
+    report = asyncio.run(load.run_load(20, fault_rate=0.3, seed=3, timeout=0.3, run_timeout=20, budget=60))
+
+    assert report.unhandled == []
+    assert report.answered + sum(report.errors.values()) == 20
+    assert report.faults > 0 and report.llm_requests > report.faults
+    assert report.wall < 30
