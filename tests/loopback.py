@@ -210,14 +210,17 @@ class _Server(ThreadingHTTPServer):
         pass  # a client that hung up mid-answer is expected here; handler bugs go to `errors`
 
 
-def flaky(faults: list[Answer], then: Handler) -> Handler:
-    """Answers the first `len(faults)` requests with `faults`, in order, and the rest with `then`."""
+def flaky(faults: list[Answer], then: Handler, *, when: Callable[[Request], bool] | None = None) -> Handler:
+    """Answers the first `len(faults)` requests with `faults`, in order, and the rest with `then`.
+
+    `when(request)`: only requests it accepts get the faults (say, only grading calls).
+    """
     lock = threading.Lock()
     pending = list(faults)
 
     def handle(request: Request) -> Answer:
         with lock:
-            fault = pending.pop(0) if pending else None
+            fault = pending.pop(0) if pending and (when is None or when(request)) else None
         return fault if fault is not None else then(request)
 
     return handle

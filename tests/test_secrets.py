@@ -9,7 +9,6 @@ The planted keys are deliberately not shaped like OpenAI's or Tavily's (`sk-...`
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import traceback
