@@ -7,8 +7,11 @@ from crag.errors import (
     GradeParseError,
     IndexNotFoundError,
     IngestError,
+    ModelReplyError,
     QueryError,
     SearchError,
+    StepError,
+    TraceError,
 )
 from crag.events import CragResult, Grade, Source, Strip, Verdict
 from crag.factory import build_workflow
@@ -25,6 +28,7 @@ __all__ = [
     "CragResult",
     "Grade",
     "GradeParseError",
+    "ModelReplyError",
     "Grader",
     "IndexNotFoundError",
     "IngestError",
@@ -33,10 +37,12 @@ __all__ = [
     "Refiner",
     "Retriever",
     "SearchError",
+    "StepError",
     "Settings",
     "Source",
     "Strip",
     "Synthesizer",
+    "TraceError",
     "Verdict",
     "WebSearch",
     "build_workflow",

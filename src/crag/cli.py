@@ -147,6 +147,8 @@ def _format(result: CragResult) -> str:
         for s in result.sources:
             where = s.url or s.title or s.id
             lines.append(f"  [{s.number}] {s.kind}: {where}")
+    for note in result.degraded:
+        lines.append(f"degraded: {note}")
     return "\n".join(lines)
 
 
