@@ -33,17 +33,7 @@ class WordLlamaEmbedding(BaseEmbedding):
 
     def _load(self) -> Any:
         if self._model is None:
-            with _root_logging_kept():
-                import wordllama
-                from wordllama.inference import WordLlamaInference
-            from safetensors import safe_open
-            from tokenizers import Tokenizer
-
-            root = Path(wordllama.__file__).parent
-            tokenizer = Tokenizer.from_file(str(root / "tokenizers" / "l2_supercat_tokenizer_config.json"))
-            with safe_open(str(root / "weights" / "l2_supercat_256.safetensors"), framework="np") as f:
-                weights = f.get_tensor("embedding.weight")
-            self._model = WordLlamaInference(weights, tokenizer, binary=False)
+            self._model = _bundled_wordllama()
         return self._model
 
     def embed_many(self, texts: list[str]) -> np.ndarray:
@@ -82,6 +72,23 @@ class _root_logging_kept:  # noqa: N801 - used as a statement, like a function
             if handler not in self._handlers:
                 root.removeHandler(handler)
         root.setLevel(self._level)
+
+
+@cache
+def _bundled_wordllama() -> Any:
+    """WordLlama from its wheel's own files, loaded once per process (ingest, retrieval
+    and every workflow built in the process share it; the model is read-only)."""
+    with _root_logging_kept():
+        import wordllama
+        from wordllama.inference import WordLlamaInference
+    from safetensors import safe_open
+    from tokenizers import Tokenizer
+
+    root = Path(wordllama.__file__).parent
+    tokenizer = Tokenizer.from_file(str(root / "tokenizers" / "l2_supercat_tokenizer_config.json"))
+    with safe_open(str(root / "weights" / "l2_supercat_256.safetensors"), framework="np") as f:
+        weights = f.get_tensor("embedding.weight")
+    return WordLlamaInference(weights, tokenizer, binary=False)
 
 
 class LLMFactory:
