@@ -61,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--index", type=Path, help="index folder (default .crag/index)")
     p.add_argument("--chunk-size", type=int)
+    p.add_argument("--chunker", choices=["sentence", "sentence_window", "agentic"],
+                   help="how documents are cut: token-budget chunks (default), one sentence with its "
+                   "neighbours, or propositions grouped into titled chunks")
+    p.add_argument("--window-size", type=int, help="sentences either side, for --chunker sentence_window")
+    p.add_argument("--summaries", action="store_true", default=None,
+                   help="write a summary per document (for --retriever summary)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_ingest)
 
@@ -71,6 +77,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--upper", type=float, help="grade at or above which retrieval is Correct")
     p.add_argument("--lower", type=float, help="grade below which (for all chunks) it is Incorrect")
     p.add_argument("--top-k", type=int)
+    p.add_argument("--retriever", choices=["hybrid", "vector", "bm25", "summary"], help="retriever kind")
+    p.add_argument("--postprocess", metavar="STAGES",
+                   help="comma-separated stages between retrieve and grade, in order: similarity_cutoff, "
+                   "keywords, sentence_window, rerank, optimizer, reorder")
+    p.add_argument("--similarity-cutoff", type=float, help="for the similarity_cutoff stage")
+    p.add_argument("--require", metavar="WORDS", help="comma-separated keywords a chunk must contain (keywords stage)")
+    p.add_argument("--exclude", metavar="WORDS", help="comma-separated keywords that drop a chunk (keywords stage)")
+    p.add_argument("--rerank", choices=["auto", "lexical", "llm"], help="reranker for the rerank stage")
+    p.add_argument("--rerank-depth", type=int, help="chunks retrieved before the rerank stage keeps --top-k")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--trace", type=Path, metavar="FILE.json",
                    help="save the run's trace (steps, times, events, calls) for `crag draw --trace`")
@@ -94,7 +109,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace, **overrides: dict[str, Any]) -> Settings:
-    index = {"path": getattr(args, "index", None), "chunk_size": getattr(args, "chunk_size", None)}
+    index = {
+        "path": getattr(args, "index", None),
+        "chunk_size": getattr(args, "chunk_size", None),
+        "chunker": getattr(args, "chunker", None),
+        "window_size": getattr(args, "window_size", None),
+        "summaries": getattr(args, "summaries", None),
+    }
     return Settings.load(args.config, index=index, **overrides)
 
 
@@ -102,7 +123,15 @@ def _ingest(args: argparse.Namespace) -> int:
     from crag.index import ingest
     from crag.progress import ingest_progress
 
+    from crag.chunking import node_parser_for
+
     settings = _settings(args)
+    node_parser, chunker = node_parser_for(settings)
+    summarize = None
+    if settings.index.summaries:
+        from crag.steps.summaries import summarizer_for
+
+        summarize = summarizer_for(settings)
     with nullcontext(None) if args.quiet else ingest_progress() as progress:
         report = ingest(
             args.paths,
@@ -110,6 +139,9 @@ def _ingest(args: argparse.Namespace) -> int:
             chunk_size=settings.index.chunk_size,
             chunk_overlap=settings.index.chunk_overlap,
             progress=progress,
+            node_parser=node_parser,
+            chunker=chunker,
+            summarize=summarize,
         )
     print(
         f"{report.files_read} file(s) read, {report.files_unchanged} unchanged, "
@@ -126,7 +158,15 @@ def _ask(args: argparse.Namespace) -> int:
         args,
         web_search={"corpus": args.web_corpus},
         grader={"upper": args.upper, "lower": args.lower},
-        retriever={"top_k": args.top_k},
+        retriever={"top_k": args.top_k, "kind": args.retriever},
+        postprocess={
+            "stages": args.postprocess,
+            "similarity_cutoff": args.similarity_cutoff,
+            "required_keywords": args.require,
+            "exclude_keywords": args.exclude,
+            "rerank": args.rerank,
+            "rerank_depth": args.rerank_depth,
+        },
     )
     workflow = build_workflow(settings)
     with nullcontext(lambda event: None) if args.quiet else step_progress() as on_step:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from crag.errors import ConfigError
 
@@ -35,12 +35,53 @@ class IndexSettings(_Section):
     path: Path = Path(".crag/index")
     chunk_size: int = Field(256, gt=16, description="Tokens per chunk.")
     chunk_overlap: int = Field(32, ge=0)
+    chunker: Literal["sentence", "sentence_window", "agentic"] = Field(
+        "sentence",
+        description="sentence: token-budget chunks; sentence_window: one node per sentence with "
+        "its neighbours in metadata (pair with the sentence_window postprocessor); agentic: "
+        "propositions grouped into titled, summarized chunks.",
+    )
+    window_size: int = Field(3, ge=0, description="Sentences either side kept by the sentence_window chunker.")
+    summaries: bool = Field(False, description="Write a summary per document (retriever kind 'summary').")
 
 
 class RetrieverSettings(_Section):
-    kind: Literal["hybrid", "vector", "bm25"] = "hybrid"
-    top_k: int = Field(5, gt=0)
+    kind: Literal["hybrid", "vector", "bm25", "summary"] = "hybrid"
+    top_k: int = Field(5, gt=0, description="Chunks the grader sees.")
     candidates: int = Field(50, gt=0, description="Per-ranker depth before fusion.")
+    summary_documents: int = Field(2, gt=0, description="Documents picked by their summaries (kind 'summary').")
+    summary_choice: Literal["auto", "embedding", "llm"] = Field(
+        "auto", description="How kind 'summary' picks documents: embedding similarity or an LLM's choice."
+    )
+
+
+PostprocessStage = Literal["similarity_cutoff", "keywords", "sentence_window", "rerank", "optimizer", "reorder"]
+
+
+class PostprocessSettings(_Section):
+    """Stages between retrieve and grade, applied in the order listed in `stages`."""
+
+    stages: list[PostprocessStage] = Field(default_factory=list)
+    similarity_cutoff: float = Field(0.0, description="Drop chunks whose score is below this.")
+    required_keywords: list[str] = Field(default_factory=list)
+    exclude_keywords: list[str] = Field(default_factory=list)
+    rerank: Literal["auto", "lexical", "llm"] = "auto"
+    rerank_depth: int = Field(
+        40, gt=0, description="With a rerank stage, the retriever returns this many; the reranker keeps retriever.top_k."
+    )
+    rerank_batch_size: int = Field(10, gt=0, description="Chunks per LLM rerank prompt; batches run concurrently.")
+    optimizer_percentile: float | None = Field(0.5, gt=0.0, le=1.0, description="Keep this top share of sentences.")
+    optimizer_threshold: float | None = Field(None, description="Keep sentences at least this similar to the query.")
+    context_before: int = Field(1, ge=0, description="Sentences kept before each sentence the optimizer keeps.")
+    context_after: int = Field(1, ge=0, description="Sentences kept after each sentence the optimizer keeps.")
+
+    @field_validator("stages", "required_keywords", "exclude_keywords", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        """`CRAG_POSTPROCESS__STAGES=rerank,reorder` and `--postprocess rerank,reorder` give lists."""
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
 
 class GraderSettings(_Section):
@@ -107,6 +148,7 @@ class Settings(_Section):
 
     index: IndexSettings = IndexSettings()
     retriever: RetrieverSettings = RetrieverSettings()
+    postprocess: PostprocessSettings = PostprocessSettings()
     grader: GraderSettings = GraderSettings()
     refiner: RefinerSettings = RefinerSettings()
     rewriter: RewriterSettings = RewriterSettings()

@@ -3,7 +3,9 @@
 Layout of an index folder:
     nodes.jsonl       one llama-index TextNode per line
     embeddings.npy    float32, one unit-length row per node, same order
-    manifest.json     per source file: size, mtime, hash and the documents it held
+    manifest.json     per source file: size, mtime, hash and the documents it held;
+                      and the chunker that cut them
+    summaries.json    optional: a summary per document id (retriever kind "summary")
 
 Writes are atomic: a new version is written beside the old one and swapped in by
 rename, so a failed or interrupted ingest leaves the previous index usable.
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.node_parser import NodeParser, SentenceSplitter
 from llama_index.core.schema import Document, TextNode
 
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
@@ -38,6 +40,8 @@ class ChunkIndex:
     nodes: list[TextNode]
     embeddings: np.ndarray
     manifest: dict[str, dict] = field(default_factory=dict)
+    chunker: str = ""  # the node parser's signature; a different one re-chunks every file
+    summaries: dict[str, str] = field(default_factory=dict)  # document id -> summary
 
     def __post_init__(self) -> None:
         self._stats: TermStats | None = None
@@ -79,13 +83,20 @@ class ChunkIndex:
         try:
             nodes = _read_nodes(path / "nodes.jsonl")
             embeddings = _read_embeddings(path / "embeddings.npy")
-            manifest = _read_manifest(path / "manifest.json")
+            manifest, chunker = _read_manifest(path / "manifest.json")
+            summaries = _read_summaries(path / "summaries.json")
         except ValueError as exc:
             raise IndexNotFoundError(f"The index at {path} is unreadable ({exc}); {rebuild}") from None
         problem = _embedding_problem(embeddings, len(nodes))
         if problem:
             raise IndexNotFoundError(f"The index at {path} is inconsistent ({problem}); {rebuild}")
-        return cls(nodes=nodes, embeddings=embeddings.astype(np.float32, copy=False), manifest=manifest)
+        return cls(
+            nodes=nodes,
+            embeddings=embeddings.astype(np.float32, copy=False),
+            manifest=manifest,
+            chunker=chunker,
+            summaries=summaries,
+        )
 
     def save(self, path: str | Path) -> None:
         """Write atomically: into a sibling folder, then swap it in by rename.
@@ -104,9 +115,13 @@ class ChunkIndex:
                 f.write(json.dumps(node.to_dict(), ensure_ascii=False) + "\n")
         with open(tmp / "embeddings.npy", "wb") as f:
             np.save(f, self.embeddings)
-        manifest = {"format": FORMAT_VERSION, "files": self.manifest}
+        manifest = {"format": FORMAT_VERSION, "chunker": self.chunker, "files": self.manifest}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        for name in ("nodes.jsonl", "embeddings.npy", "manifest.json"):
+        written = ["nodes.jsonl", "embeddings.npy", "manifest.json"]
+        if self.summaries:
+            (tmp / "summaries.json").write_text(json.dumps(self.summaries, ensure_ascii=False), encoding="utf-8")
+            written.append("summaries.json")
+        for name in written:
             with open(tmp / name, "rb") as f:
                 os.fsync(f.fileno())
         _fsync_dir(tmp)
@@ -119,7 +134,7 @@ class ChunkIndex:
 
 
 EMBEDDING_DIM = 256
-INDEX_FILES = ("nodes.jsonl", "embeddings.npy", "manifest.json")
+INDEX_FILES = ("nodes.jsonl", "embeddings.npy", "manifest.json", "summaries.json")
 
 
 def _read_nodes(file: Path) -> list[TextNode]:
@@ -158,7 +173,7 @@ def _read_embeddings(file: Path) -> np.ndarray:
         raise ValueError("embeddings.npy is not a NumPy array file") from None
 
 
-def _read_manifest(file: Path) -> dict[str, dict]:
+def _read_manifest(file: Path) -> tuple[dict[str, dict], str]:
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -170,7 +185,19 @@ def _read_manifest(file: Path) -> dict[str, dict]:
     files = manifest.get("files", {}) if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
         raise ValueError("manifest.json is not crag's manifest")
-    return files
+    return files, str(manifest.get("chunker", ""))
+
+
+def _read_summaries(file: Path) -> dict[str, str]:
+    if not file.exists():
+        return {}
+    try:
+        summaries = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ValueError("summaries.json is not valid JSON") from None
+    if not isinstance(summaries, dict) or not all(isinstance(v, str) for v in summaries.values()):
+        raise ValueError("summaries.json is not crag's summaries")
+    return summaries
 
 
 def _embedding_problem(embeddings: np.ndarray, count: int) -> str | None:
@@ -230,6 +257,8 @@ class IngestReport:
 
 
 ProgressCallback = Callable[[str, int, int], None]
+Summarizer = Callable[[list[Document]], dict[str, str]]
+"""`summarize(documents)`: a summary per document id, for the documents given."""
 """`progress(stage, done, total)`: stage "read" counts files (unchanged ones too), "embed" chunks;
 each stage starts with done=0."""
 
@@ -242,11 +271,19 @@ def ingest(
     chunk_size: int = 256,
     chunk_overlap: int = 32,
     progress: ProgressCallback | None = None,
+    node_parser: NodeParser | None = None,
+    chunker: str | None = None,
+    summarize: Summarizer | None = None,
 ) -> IngestReport:
     """Add files to the index at `index_dir`, re-reading only files that changed.
 
     A file whose size, modification time and content hash match the manifest is
     skipped entirely; a changed file replaces every chunk it produced before.
+
+    `node_parser` cuts documents into chunks (default: a `SentenceSplitter` of
+    `chunk_size` tokens) and `chunker` names it; when the name differs from the one
+    the index was built with, every file is chunked again. `summarize`, when given,
+    writes a summary of each new document into the index.
     """
     index_dir = Path(index_dir)
     if chunk_overlap >= chunk_size:
@@ -260,7 +297,15 @@ def ingest(
             raise
         index = ChunkIndex.empty()
     _check_replaceable(index_dir)  # before the work, not after it
+    if node_parser is None:
+        node_parser = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    chunker = chunker or f"sentence:{chunk_size}:{chunk_overlap}"
     files = find_files([Path(p) for p in paths])
+    if len(index) and index.chunker != chunker:
+        # Chunks cut two ways would not mix: cut every file again, those ingested before too.
+        earlier = [Path(k) for k in index.manifest if Path(k).is_file()]
+        files = list({f.resolve(): f for f in [*earlier, *files]}.values())
+        index = ChunkIndex.empty()
     if not files:
         raise IngestError(f"No .txt, .md, .html or .jsonl files found in {', '.join(map(str, paths))}.")
 
@@ -303,12 +348,12 @@ def ingest(
         report.chunks_total = len(index)
         return report
 
-    splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
-    new_nodes = splitter.get_nodes_from_documents(documents)
+    new_nodes = node_parser.get_nodes_from_documents(documents)
     for node in new_nodes:
         node.metadata["doc_id"] = node.ref_doc_id
-        node.excluded_embed_metadata_keys = ["file", "doc_id"]
-        node.excluded_llm_metadata_keys = ["file", "doc_id"]
+        # Extend, not replace: a parser's own hidden keys (a sentence window) stay hidden.
+        node.excluded_embed_metadata_keys = sorted({*node.excluded_embed_metadata_keys, "file", "doc_id"})
+        node.excluded_llm_metadata_keys = sorted({*node.excluded_llm_metadata_keys, "file", "doc_id"})
     embed_model = embed_model or WordLlamaEmbedding()
     vectors = _embed(embed_model, [n.get_content() for n in new_nodes], progress)
 
@@ -316,10 +361,18 @@ def ingest(
     # A document id seen again in a changed file replaces its old chunks, wherever they came from.
     new_doc_ids = {d.doc_id for d in documents}
     keep = [i for i in keep if index.nodes[i].ref_doc_id not in new_doc_ids]
+    kept_nodes = [index.nodes[i] for i in keep]
+    summaries = {}
+    if summarize is not None:
+        kept_docs = {n.ref_doc_id for n in kept_nodes}
+        summaries = {d: s for d, s in index.summaries.items() if d in kept_docs}
+        summaries.update(summarize(documents))
     merged = ChunkIndex(
-        nodes=[index.nodes[i] for i in keep] + new_nodes,
+        nodes=kept_nodes + new_nodes,
         embeddings=np.vstack([index.embeddings[keep], vectors]).astype(np.float32),
         manifest={**index.manifest, **changed},
+        chunker=chunker,
+        summaries=summaries,
     )
     if not merged.nodes:
         names = ", ".join(Path(k).name for k in list(changed)[:3]) + ("..." if len(changed) > 3 else "")

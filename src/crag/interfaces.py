@@ -22,6 +22,13 @@ class Retriever(Protocol):
 
 
 @runtime_checkable
+class Postprocessor(Protocol):
+    """Filters, reorders, rescores or rewrites retrieved chunks before they are graded."""
+
+    async def postprocess(self, query: str, chunks: Sequence[NodeWithScore]) -> list[NodeWithScore]: ...
+
+
+@runtime_checkable
 class Grader(Protocol):
     """Scores every chunk's relevance to the query in [0, 1] (absolute, not relative)."""
 
