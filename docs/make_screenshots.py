@@ -64,7 +64,7 @@ def main() -> None:
         page.write_text(trace_html(workflow, result.trace, title="crag run, with a 50 ms stand-in chat model"),
                         encoding="utf-8")
         png = DOCS / "trace.png"
-        render(page, png, width=1300, height=1500)
+        render(page, png, width=1300, height=1700)
         crop(png)
         print(f"wrote {png} ({png.stat().st_size // 1024} KB): {result.verdict.value}, "
               f"{result.trace.llm_calls} LLM calls, {result.trace.seconds * 1000:.0f} ms")

@@ -99,7 +99,7 @@ def test_draw_writes_every_step_without_network_references(
     assert main(["draw", "--out", str(out), "--format", fmt]) == 0
     text = out.read_text()
     assert marker in text and 'src="http' not in text and 'href="http' not in text
-    for step in ("retrieve", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"):
+    for step in ("retrieve", "postprocess", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"):
         assert step in text
 
 

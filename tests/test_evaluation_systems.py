@@ -40,7 +40,7 @@ async def test_plain_rag_answers_from_retrieval_without_grading_or_searching(
     )  # not in the handbook
     assert result.grades == [] and result.verdict is Verdict.CORRECT  # trusts what it found
     assert {s.kind for s in result.sources} == {"internal"}
-    assert result.trace.search_calls == 0 and result.steps == ["retrieve", "synthesize"]
+    assert result.trace.search_calls == 0 and result.steps == ["retrieve", "postprocess", "synthesize"]
 
 
 async def test_plain_rag_reads_every_sentence_of_what_it_retrieved(
@@ -61,7 +61,7 @@ async def test_plain_rag_counts_the_llm_calls_of_its_synthesizer(sample_index) -
     )
     result = await workflow.run(query="What warranty does Lumen give on the Helio H10?")
     assert result.trace.llm_calls == len(llm.calls) == 1
-    assert {s.name: s.llm_calls for s in result.trace.steps} == {"retrieve": 0, "synthesize": 1}
+    assert {s.name: s.llm_calls for s in result.trace.steps} == {"retrieve": 0, "postprocess": 0, "synthesize": 1}
     assert "12-year warranty" in result.answer and result.sources  # whole chunks, cited
 
 

@@ -10,7 +10,7 @@ from crag import Settings, build_workflow, ingest
 from crag.events import StepProgressEvent
 from crag.progress import ingest_progress, run_with_progress, step_progress
 
-WEB_PATH = ["retrieve", "grade", "rewrite", "web_search", "refine_web", "synthesize"]
+WEB_PATH = ["retrieve", "postprocess", "grade", "rewrite", "web_search", "refine_web", "synthesize"]
 
 
 async def test_stream_events_yields_a_start_and_a_finish_per_step_with_its_record(sample_settings: Settings) -> None:
@@ -42,7 +42,7 @@ async def test_a_terminal_gets_a_live_list_of_steps(sample_settings: Settings) -
     with step_progress(stream, rich=True) as on_step:
         await run_with_progress(build_workflow(sample_settings), "What warranty does Lumen give on the Helio H10?", on_step)
     shown = stream.getvalue()
-    assert "✓" in shown and all(name in shown for name in ("retrieve", "grade", "refine_internal", "synthesize"))
+    assert "✓" in shown and all(name in shown for name in ("retrieve", "postprocess", "grade", "refine_internal", "synthesize"))
 
 
 def test_ingest_lines_count_files_and_chunks_with_a_rate(tmp_path: Path) -> None:

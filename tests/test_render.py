@@ -16,9 +16,9 @@ from crag.errors import TraceError
 from crag.render import graph_html, layout, mermaid, run_path, timeline_svg, trace_html
 from crag.trace import RunTrace, StepRecord
 
-STEPS = ["retrieve", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"]
+STEPS = ["retrieve", "postprocess", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"]
 EVENTS = [
-    "QueryStartEvent", "RetrievedEvent", "RefineInternalEvent", "RewriteQueryEvent",
+    "QueryStartEvent", "CandidatesEvent", "RetrievedEvent", "RefineInternalEvent", "RewriteQueryEvent",
     "WebResultsEvent", "InternalKnowledgeEvent", "WebKnowledgeEvent", "StopEvent",
 ]
 
@@ -157,7 +157,8 @@ def record(name: str, inp: str, out: list[str], started: float, ended: float, **
 
 # A Correct run with an LLM grader: the rewrite ran speculatively, beside grading; no web search.
 CORRECT = RunTrace(query="What warranty does Lumen give?", verdict="correct", seconds=0.120, steps=[
-    record("retrieve", "QueryStartEvent", ["RewriteQueryEvent", "RetrievedEvent"], 0.001, 0.010),
+    record("retrieve", "QueryStartEvent", ["RewriteQueryEvent", "CandidatesEvent"], 0.001, 0.010),
+    record("postprocess", "CandidatesEvent", ["RetrievedEvent"], 0.010, 0.011),
     record("grade", "RetrievedEvent", ["RefineInternalEvent"], 0.011, 0.070, llm_calls=4,
            prompt_tokens=700, completion_tokens=4),
     record("rewrite", "RewriteQueryEvent", ["RewrittenQueryEvent"], 0.012, 0.060, llm_calls=1),
@@ -183,8 +184,8 @@ def nodes_by_state(page: str) -> dict[str, set[str]]:
 def test_trace_lights_the_steps_and_events_of_the_run_and_dims_the_rest() -> None:
     states = nodes_by_state(trace_html(CorrectiveRAGWorkflow, CORRECT))
     assert states["dim"] == NOT_TAKEN
-    assert {"retrieve", "grade", "rewrite", "refine_internal", "synthesize", "QueryStartEvent",
-            "RewriteQueryEvent", "RewrittenQueryEvent", "StopEvent"} <= states["lit"]
+    assert {"retrieve", "postprocess", "grade", "rewrite", "refine_internal", "synthesize", "QueryStartEvent",
+            "CandidatesEvent", "RetrievedEvent", "RewriteQueryEvent", "RewrittenQueryEvent", "StopEvent"} <= states["lit"]
 
 
 def test_an_edge_is_on_the_path_only_if_the_run_used_it() -> None:
@@ -199,7 +200,7 @@ def test_an_edge_is_on_the_path_only_if_the_run_used_it() -> None:
 def test_steps_that_ran_show_their_time_calls_and_tokens() -> None:
     notes, _ = run_path(get_workflow_representation(CorrectiveRAGWorkflow), CORRECT)
     assert notes == {
-        "retrieve": "9.0 ms", "grade": "59 ms · 4 LLM · 704 tok", "rewrite": "48 ms · 1 LLM",
+        "retrieve": "9.0 ms", "postprocess": "1.0 ms", "grade": "59 ms · 4 LLM · 704 tok", "rewrite": "48 ms · 1 LLM",
         "refine_internal": "4.0 ms", "synthesize": "43 ms · 1 LLM",
     }
     assert set(notes.values()) <= visible_text(trace_html(CorrectiveRAGWorkflow, CORRECT))
@@ -209,7 +210,7 @@ def test_trace_page_shows_the_query_verdict_total_time_and_counts() -> None:
     page = trace_html(CorrectiveRAGWorkflow, CORRECT, title="Run <1>")
     shown = visible_text(page)
     assert {"Run <1>", "“What warranty does Lumen give?”", "correct", "120 ms", "Timeline"} <= shown
-    assert "5 of 7 steps ran · 6 LLM calls · 0 web searches · 704 tokens" in " ".join(shown)
+    assert "6 of 8 steps ran · 6 LLM calls · 0 web searches · 704 tokens" in " ".join(shown)
 
 
 def test_timeline_has_a_bar_per_step_and_concurrent_steps_overlap() -> None:
@@ -225,8 +226,8 @@ def test_timeline_has_a_bar_per_step_and_concurrent_steps_overlap() -> None:
 
 def test_a_failed_or_degraded_step_is_marked_and_explained() -> None:
     steps = [s.model_copy() for s in CORRECT.steps]
-    steps[1].degraded = "2 of 4 grades by a fallback (timeout)"
-    steps[4].error = "ValueError: boom"
+    steps[2].degraded = "2 of 4 grades by a fallback (timeout)"
+    steps[5].error = "ValueError: boom"
     page = trace_html(CorrectiveRAGWorkflow, CORRECT.model_copy(update={"steps": steps}))
     assert "⚠ grade: 2 of 4 grades by a fallback (timeout)" in visible_text(page)
     assert "⚠ synthesize: ValueError: boom" in visible_text(page)

@@ -17,9 +17,12 @@ async def test_trace_of_an_incorrect_run_follows_the_web_path(sample_settings: S
     trace = result.trace
     assert trace.verdict == "incorrect" and trace.query == result.query
     by_name = {s.name: s for s in trace.steps}
-    assert set(by_name) == {"retrieve", "rewrite", "grade", "web_search", "refine_web", "synthesize"}
+    assert set(by_name) == {"retrieve", "postprocess", "rewrite", "grade", "web_search", "refine_web", "synthesize"}
     assert by_name["retrieve"].input_event == "QueryStartEvent"
-    assert by_name["retrieve"].output_events == ["RewriteQueryEvent", "RetrievedEvent"]
+    assert by_name["retrieve"].output_events == ["RewriteQueryEvent", "CandidatesEvent"]
+    assert by_name["postprocess"].input_event == "CandidatesEvent"
+    assert by_name["postprocess"].output_events == ["RetrievedEvent"]
+    assert by_name["grade"].input_event == "RetrievedEvent"
     assert by_name["grade"].output_events == ["WebSearchNeededEvent"]
     assert by_name["synthesize"].output_events == ["StopEvent"]
     assert by_name["web_search"].search_calls == 1 and trace.search_calls == 1

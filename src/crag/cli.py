@@ -1,4 +1,4 @@
-"""The `crag` command: ingest, ask, draw, demo."""
+"""The `crag` command: ingest, ask, draw, serve, demo."""
 
 from __future__ import annotations
 
@@ -99,6 +99,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["html", "mermaid"], default="html")
     p.set_defaults(func=_draw)
 
+    p = sub.add_parser("serve", help="serve the workflow over HTTP (llama-agents-server)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000)")
+    p.add_argument("--index", type=Path)
+    p.add_argument("--web-corpus", type=Path, help="folder or .jsonl searched as the web (offline)")
+    p.add_argument("--store", metavar="FILE|URL",
+                   help="where runs are kept: a SQLite file (default: server.db beside the index) "
+                   "or a postgresql:// URL shared by several servers")
+    p.set_defaults(func=_serve)
+
     p = sub.add_parser("demo", help="ingest the bundled sample documents and ask two questions")
     p.set_defaults(func=_demo)
 
@@ -127,12 +137,12 @@ def _ingest(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     node_parser, chunker = node_parser_for(settings)
-    summarize = None
-    if settings.index.summaries:
-        from crag.steps.summaries import summarizer_for
-
-        summarize = summarizer_for(settings)
     with nullcontext(None) if args.quiet else ingest_progress() as progress:
+        summarize = None
+        if settings.index.summaries:
+            from crag.steps.summaries import summarizer_for
+
+            summarize = summarizer_for(settings, progress)  # a model's summaries take a while
         report = ingest(
             args.paths,
             settings.index.path,
@@ -168,6 +178,9 @@ def _ask(args: argparse.Namespace) -> int:
             "rerank_depth": args.rerank_depth,
         },
     )
+    if (args.require or args.exclude) and "keywords" not in settings.postprocess.stages:
+        # Asking for keywords means filtering by them: first, so later stages see only matches.
+        settings.postprocess.stages = ["keywords", *settings.postprocess.stages]
     workflow = build_workflow(settings)
     with nullcontext(lambda event: None) if args.quiet else step_progress() as on_step:
         result = asyncio.run(run_with_progress(workflow, args.question, on_step))
@@ -237,6 +250,17 @@ DEMO_QUESTIONS = (
     "What warranty does Lumen give on the Helio H10?",  # the handbook answers this
     "Who invented the lithium-ion battery?",  # it does not: the web search must
 )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from crag.server import serve
+
+    serve(_settings(
+        args,
+        web_search={"corpus": args.web_corpus},
+        server={"host": args.host, "port": args.port, "store": args.store},
+    ))
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -43,6 +43,14 @@ class IndexSettings(_Section):
     )
     window_size: int = Field(3, ge=0, description="Sentences either side kept by the sentence_window chunker.")
     summaries: bool = Field(False, description="Write a summary per document (retriever kind 'summary').")
+    agentic_threshold: float = Field(
+        0.2, ge=-1.0, le=1.0,
+        description="Agentic chunker, offline: a proposition joins the chunk whose centroid is most similar "
+        "(cosine) when at least this similar, else starts a new chunk; higher gives more, smaller chunks.",
+    )
+    agentic_pronouns: bool = Field(
+        True, description="Agentic chunker, offline: replace a sentence's leading pronoun with the latest subject."
+    )
 
 
 class RetrieverSettings(_Section):
@@ -143,6 +151,21 @@ class RunSettings(_Section):
     timeout: float = Field(120.0, gt=0, description="Seconds before a whole run is cancelled.")
 
 
+class ServerSettings(_Section):
+    """`crag serve`: where it listens, who may call it, where runs are kept."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_key: SecretStr | None = Field(
+        None, description="When set (or CRAG_API_KEY), every route but /health needs it."
+    )
+    store: str | None = Field(
+        None,
+        description="Where runs are kept: a SQLite file (default: server.db beside the index) "
+        "or a postgresql:// URL, shared by several server processes.",
+    )
+
+
 class Settings(_Section):
     """Every setting crag reads, grouped by the component it configures."""
 
@@ -156,6 +179,7 @@ class Settings(_Section):
     synthesizer: SynthesizerSettings = SynthesizerSettings()
     llm: LLMSettings = LLMSettings()
     run: RunSettings = RunSettings()
+    server: ServerSettings = ServerSettings()
 
     @classmethod
     def load(
@@ -205,6 +229,7 @@ def _from_env(env: dict[str, str]) -> dict[str, dict[str, Any]]:
         "OPENAI_BASE_URL": ("llm", "base_url"),
         "OPENAI_MODEL": ("llm", "model"),
         "TAVILY_API_KEY": ("web_search", "api_key"),
+        "CRAG_API_KEY": ("server", "api_key"),
     }
     for name, (section, key) in aliases.items():
         if env.get(name):

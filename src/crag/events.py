@@ -76,7 +76,16 @@ class QueryStartEvent(StartEvent):
     query: str
 
 
+class CandidatesEvent(Event):
+    """What the retriever found, before the postprocessing stages."""
+
+    query: str
+    chunks: list[NodeWithScore]
+
+
 class RetrievedEvent(Event):
+    """The chunks to judge: the retriever's, after the postprocessing stages (if any)."""
+
     query: str
     chunks: list[NodeWithScore]
 
@@ -103,6 +112,9 @@ class WebSearchNeededEvent(Event):
     """Internal knowledge is insufficient: search the web (Incorrect and Ambiguous)."""
 
     query: str
+    fallback: list[NodeWithScore] = Field(
+        default_factory=list, description="Chunks to answer from if the search fails (Incorrect runs)."
+    )
 
 
 class WebResultsEvent(Event):

@@ -7,9 +7,10 @@ from pathlib import Path
 from crag.config import Settings
 from crag.errors import ConfigError
 from crag.index import ChunkIndex
-from crag.interfaces import Grader, QueryRewriter, Synthesizer, WebSearch
+from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, WebSearch
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.steps.grading import LexicalEvaluator, LLMGrader
+from crag.steps.postprocessing import check_index, postprocessors_for, retrieval_depth
 from crag.steps.refining import StripRefiner
 from crag.steps.retrieval import HybridRetriever
 from crag.steps.rewriting import KeywordRewriter, LLMRewriter
@@ -59,10 +60,12 @@ def build_workflow(
         else ExtractiveSynthesizer(max_sentences=settings.synthesizer.max_sentences)
     )
     defaults = dict(
-        retriever=HybridRetriever(
+        retriever=_summary_retriever(settings, index, embed_model, llms, components)
+        if settings.retriever.kind == "summary"
+        else HybridRetriever(
             index,
             embed_model,
-            top_k=settings.retriever.top_k,
+            top_k=retrieval_depth(settings),
             mode=settings.retriever.kind,
             candidates=settings.retriever.candidates,
         ),
@@ -73,6 +76,7 @@ def build_workflow(
         rewriter=rewriter,
         web_search=_web_search(settings),
         synthesizer=synthesizer,
+        postprocessors=_postprocessors(settings, index, embed_model, llms, evaluator, components),
     )
     unknown = set(components) - set(defaults)
     if unknown:
@@ -85,6 +89,34 @@ def build_workflow(
         speculative_rewrite=settings.rewriter.speculative,
         timeout=settings.run.timeout,
     )
+
+
+def _summary_retriever(
+    settings: Settings, index: ChunkIndex, embed_model: WordLlamaEmbedding, llms: LLMFactory, components: dict
+) -> object:
+    """Retriever kind "summary" (None when the caller passes its own retriever, which
+    then needs no summaries in the index)."""
+    if components.get("retriever") is not None:
+        return None
+    from crag.steps.summaries import summary_retriever_for
+
+    return summary_retriever_for(settings, index, embed_model, lambda: llms.llm)
+
+
+def _postprocessors(
+    settings: Settings,
+    index: ChunkIndex,
+    embed_model: WordLlamaEmbedding,
+    llms: LLMFactory,
+    evaluator: LexicalEvaluator,
+    components: dict,
+) -> list[Postprocessor] | None:
+    """The `[postprocess] stages` (None when the caller passes its own postprocessors)."""
+    if components.get("postprocessors") is not None:
+        return None
+    if components.get("retriever") is None:  # another retriever may bring its own windows
+        check_index(settings, index.chunker)
+    return postprocessors_for(settings, embed_model=embed_model, llms=llms, evaluator=evaluator)
 
 
 def _web_search(settings: Settings) -> WebSearch:

@@ -108,6 +108,17 @@ def attributing_calls_to(record: StepRecord) -> Iterator[StepRecord]:
         _current_step.reset(token)
 
 
+def note_degraded(message: str) -> None:
+    """Say on the running step's trace record that a fallback stood in (no-op outside a step).
+
+    Components call this when they recover from a failure themselves, so the run's
+    `degraded` list still tells the user.
+    """
+    record = _current_step.get()
+    if record is not None:
+        record.degraded = f"{record.degraded}; {message}" if record.degraded else message
+
+
 class _LLMCallCounter(BaseEventHandler):
     """Counts finished LLM calls, and their tokens, on the step that made them."""
 

@@ -68,6 +68,7 @@ def _build_rag(settings: Settings, index: ChunkIndex) -> Any:
         )
     return PlainRAGWorkflow(
         retriever=corrective.retriever,
+        postprocessors=corrective.postprocessors,  # same stages, so only grading differs
         synthesizer=corrective.synthesizer,
         reader=reader,
         timeout=settings.run.timeout,

@@ -1,8 +1,11 @@
 """The Corrective-RAG workflow (Yan et al., 2024) as typed events between async steps.
 
-    retrieve ─▶ grade ─┬─ Correct ───▶ refine_internal ───────────────────────────┐
-                       ├─ Ambiguous ─▶ both branches, concurrently ────────────────┼─▶ synthesize
-                       └─ Incorrect ─▶ rewrite ─▶ web_search ─▶ refine_web ────────┘
+    retrieve ─▶ postprocess ─▶ grade ─┬─ Correct ───▶ refine_internal ─────────────────┐
+                                      ├─ Ambiguous ─▶ both branches, concurrently ──────┼─▶ synthesize
+                                      └─ Incorrect ─▶ rewrite ─▶ web_search ─▶ refine_web ┘
+
+`postprocess` runs the configured stages (cutoffs, keyword filters, sentence windows,
+reranking, reordering) on what was retrieved; with none, it passes the chunks through.
 
 The rewrite is speculative by default: it starts with grading rather than after it, so
 an Incorrect verdict costs two model round trips in sequence (grade ∥ rewrite, then
@@ -14,12 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from time import perf_counter
 from typing import Any, TypeVar
 
-from llama_index.core.schema import NodeWithScore
 from pydantic import BaseModel, Field
 from workflows import Context, Workflow, step
 from workflows.events import StopEvent
@@ -27,6 +29,7 @@ from workflows.events import StopEvent
 from crag.config import GraderSettings
 from crag.errors import ConfigError, CragError, QueryError, StepError, redact
 from crag.events import (
+    CandidatesEvent,
     CragResult,
     Grade,
     InternalKnowledgeEvent,
@@ -41,8 +44,9 @@ from crag.events import (
     WebResultsEvent,
     WebSearchNeededEvent,
 )
-from crag.interfaces import Grader, QueryRewriter, Refiner, Retriever, Synthesizer, WebSearch
+from crag.interfaces import Grader, Postprocessor, QueryRewriter, Refiner, Retriever, Synthesizer, WebSearch
 from crag.steps.grading import decide_verdict
+from crag.steps.postprocessing import apply_postprocessors
 from crag.steps.rewriting import KeywordRewriter
 from crag.steps.synthesis import ExtractiveSynthesizer
 from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
@@ -66,7 +70,6 @@ class RunState(BaseModel):
     verdict: Verdict | None = None
     grades: list[Grade] = Field(default_factory=list)
     rewritten_query: str | None = None
-    retrieved: list[NodeWithScore] = Field(default_factory=list)
     started: float = 0.0
     records: list[StepRecord] = Field(default_factory=list)
 
@@ -77,6 +80,8 @@ class CorrectiveRAGWorkflow(Workflow):
     Args:
         retriever, grader, refiner, rewriter, web_search, synthesizer: the components,
             anything satisfying the Protocols in `crag.interfaces`.
+        postprocessors: stages run in order on the retrieved chunks before grading
+            (`crag.steps.postprocessing`); none passes them through.
         upper: some chunk scoring at least this makes the verdict Correct.
         lower: every chunk scoring below this makes it Incorrect; in between, Ambiguous.
         speculative_rewrite: start the query rewrite alongside grading (default) rather
@@ -97,6 +102,7 @@ class CorrectiveRAGWorkflow(Workflow):
         rewriter: QueryRewriter,
         web_search: WebSearch,
         synthesizer: Synthesizer,
+        postprocessors: Sequence[Postprocessor] = (),
         upper: float = _DEFAULT_GRADES.upper,
         lower: float = _DEFAULT_GRADES.lower,
         speculative_rewrite: bool = True,
@@ -114,6 +120,7 @@ class CorrectiveRAGWorkflow(Workflow):
         self.rewriter = rewriter
         self.searcher = web_search  # not `web_search`: that name is the step
         self.synthesizer = synthesizer
+        self.postprocessors = list(postprocessors)
         self.upper = upper
         self.lower = lower
         self.speculative_rewrite = speculative_rewrite
@@ -124,7 +131,7 @@ class CorrectiveRAGWorkflow(Workflow):
     @step
     async def retrieve(
         self, ctx: Context[RunState], ev: QueryStartEvent
-    ) -> RetrievedEvent | RewriteQueryEvent:
+    ) -> CandidatesEvent | RewriteQueryEvent:
         """Find candidate chunks in the user's documents."""
         query = " ".join(ev.query.split())
         if not query:
@@ -137,7 +144,14 @@ class CorrectiveRAGWorkflow(Workflow):
             if self.speculative_rewrite:
                 ctx.send_event(record.emit(RewriteQueryEvent(query=query)))
             chunks = await self.retriever.retrieve(query)
-            return record.emit(RetrievedEvent(query=query, chunks=chunks))
+            return record.emit(CandidatesEvent(query=query, chunks=chunks))
+
+    @step
+    async def postprocess(self, ctx: Context[RunState], ev: CandidatesEvent) -> RetrievedEvent:
+        """Run the postprocessing stages on the candidates, in order (none: pass them on)."""
+        async with _recording(ctx, "postprocess", ev) as record:
+            chunks = await apply_postprocessors(self.postprocessors, ev.query, ev.chunks)
+            return record.emit(RetrievedEvent(query=ev.query, chunks=chunks))
 
     @step
     async def grade(
@@ -148,7 +162,7 @@ class CorrectiveRAGWorkflow(Workflow):
             grades = await self.grader.grade(ev.query, ev.chunks)
             verdict = decide_verdict(grades, self.upper, self.lower)
             async with ctx.store.edit_state() as state:
-                state.grades, state.verdict, state.retrieved = list(grades), verdict, list(ev.chunks)
+                state.grades, state.verdict = list(grades), verdict
             fallbacks = [g for g in grades if g.note]
             if fallbacks:
                 record.degraded = f"{len(fallbacks)} of {len(grades)} grades by a fallback ({fallbacks[0].note})"
@@ -159,7 +173,9 @@ class CorrectiveRAGWorkflow(Workflow):
                 ctx.send_event(record.emit(RefineInternalEvent(query=ev.query, chunks=kept)))
             if not self.speculative_rewrite:
                 ctx.send_event(record.emit(RewriteQueryEvent(query=ev.query)))
-            return record.emit(WebSearchNeededEvent(query=ev.query))
+            # Incorrect runs answer from these if the web search fails.
+            fallback = list(ev.chunks) if verdict is Verdict.INCORRECT else []
+            return record.emit(WebSearchNeededEvent(query=ev.query, fallback=fallback))
 
     @step
     async def refine_internal(self, ctx: Context[RunState], ev: RefineInternalEvent) -> InternalKnowledgeEvent:
@@ -188,15 +204,14 @@ class CorrectiveRAGWorkflow(Workflow):
         ready = ctx.collect_events(ev, [RewrittenQueryEvent, WebSearchNeededEvent])
         if ready is None:
             return None
-        rewritten = ready[0]
+        rewritten, needed = ready
         async with _recording(ctx, "web_search", ev) as record:
             record.search_calls += 1
             try:
                 results = await self.searcher.search(rewritten.search_query)
             except Exception as exc:  # noqa: BLE001 - a search outage must not lose the run
-                state = await ctx.store.get_state()
                 # Ambiguous runs already use internal knowledge; Incorrect ones fall back to it.
-                results = state.retrieved if state.verdict is Verdict.INCORRECT else []
+                results = needed.fallback
                 record.degraded = f"web search failed ({_describe(exc)}); answered from internal knowledge"
             return record.emit(WebResultsEvent(query=rewritten.query, results=results))
 

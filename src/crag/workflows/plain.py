@@ -1,6 +1,6 @@
 """Plain RAG, the baseline CRAG is measured against: retrieve, then answer from what was found.
 
-    retrieve ─▶ synthesize
+    retrieve ─▶ postprocess ─▶ synthesize
 
 Nothing is graded and nothing is corrected: whatever the retriever returns is trusted,
 which is what CRAG's Correct verdict does for every question. `crag eval` compares the
@@ -10,7 +10,7 @@ the grading and the corrective actions alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from time import perf_counter
 from typing import Any
@@ -21,14 +21,15 @@ from workflows import Context, Workflow, step
 from workflows.events import StopEvent
 
 from crag.errors import QueryError
-from crag.events import CragResult, QueryStartEvent, RetrievedEvent, Strip, Verdict
-from crag.interfaces import Refiner, Retriever, Synthesizer
+from crag.events import CandidatesEvent, CragResult, QueryStartEvent, RetrievedEvent, Strip, Verdict
+from crag.interfaces import Postprocessor, Refiner, Retriever, Synthesizer
+from crag.steps.postprocessing import apply_postprocessors
 from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
 from crag.workflows.corrective import MAX_QUERY_CHARS, run_sync
 
 
 class PlainRunState(BaseModel):
-    """What one plain run remembers between its two steps."""
+    """What one plain run remembers between its steps."""
 
     started: float = 0.0
     records: list[StepRecord] = Field(default_factory=list)
@@ -50,6 +51,8 @@ class PlainRAGWorkflow(Workflow):
         retriever: finds the chunks.
         synthesizer: writes the answer.
         reader: cuts chunks into scored strips for the synthesizer; None passes whole chunks.
+        postprocessors: stages run in order on the retrieved chunks, as in the corrective
+            workflow; none passes them through.
         **kwargs: passed to `Workflow` (e.g. `timeout`).
     """
 
@@ -59,6 +62,7 @@ class PlainRAGWorkflow(Workflow):
         retriever: Retriever,
         synthesizer: Synthesizer,
         reader: Refiner | None = None,
+        postprocessors: Sequence[Postprocessor] = (),
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("timeout", 300.0)
@@ -66,10 +70,11 @@ class PlainRAGWorkflow(Workflow):
         self.retriever = retriever
         self.synthesizer = synthesizer
         self.reader = reader
+        self.postprocessors = list(postprocessors)
         install_llm_call_counter()
 
     @step
-    async def retrieve(self, ctx: Context[PlainRunState], ev: QueryStartEvent) -> RetrievedEvent:
+    async def retrieve(self, ctx: Context[PlainRunState], ev: QueryStartEvent) -> CandidatesEvent:
         """Find candidate chunks in the user's documents."""
         query = " ".join(ev.query.split())
         if not query:
@@ -81,9 +86,20 @@ class PlainRAGWorkflow(Workflow):
         started = perf_counter()
         with _recording("retrieve", ev, started, started) as record:
             chunks = await self.retriever.retrieve(query)
-            out = record.emit(RetrievedEvent(query=query, chunks=chunks))
+            out = record.emit(CandidatesEvent(query=query, chunks=chunks))
         async with ctx.store.edit_state() as state:
             state.started = started
+            state.records.append(record)
+        return out
+
+    @step
+    async def postprocess(self, ctx: Context[PlainRunState], ev: CandidatesEvent) -> RetrievedEvent:
+        """Run the postprocessing stages on the candidates, in order (none: pass them on)."""
+        state = await ctx.store.get_state()
+        with _recording("postprocess", ev, state.started, perf_counter()) as record:
+            chunks = await apply_postprocessors(self.postprocessors, ev.query, ev.chunks)
+            out = record.emit(RetrievedEvent(query=ev.query, chunks=chunks))
+        async with ctx.store.edit_state() as state:
             state.records.append(record)
         return out
 

@@ -1,0 +1,87 @@
+"""`crag serve`: the workflow over HTTP, on llama-agents-server's `WorkflowServer`.
+
+The server's own routes run it and keep its runs (`POST /workflows/crag/run`,
+`POST /workflows/crag/run-nowait`, `GET /events/{handler_id}`, `GET /handlers/{handler_id}`,
+`GET /handlers`); crag adds what they lack:
+
+    GET /health                        open to all: index size, store kind, whether keys are on
+    GET /handlers/{handler_id}/trace   a finished run's path on the graph, one offline HTML page
+
+    auth.py        the API key check (middleware)
+    validation.py  an unusable question is a 400 before any run starts (middleware)
+    routes.py      the two routes above
+    stores.py      SQLite beside the index by default, PostgreSQL from a URL
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import dataclass
+
+from llama_agents.server import WorkflowServer
+from starlette.middleware import Middleware
+
+from crag.config import Settings
+from crag.errors import register_secret
+from crag.index import ChunkIndex
+from crag.server.auth import ApiKeyMiddleware
+from crag.server.routes import WORKFLOW_NAME, crag_routes
+from crag.server.stores import StoreChoice, store_for
+from crag.server.validation import QueryCheckMiddleware
+from crag.workflows import CorrectiveRAGWorkflow
+
+__all__ = ["CragServer", "WORKFLOW_NAME", "build_server", "serve"]
+
+
+@dataclass(frozen=True)
+class CragServer:
+    """A `WorkflowServer` serving crag's workflow, and the store that keeps its runs."""
+
+    server: WorkflowServer
+    store: StoreChoice
+    auth: bool
+
+    @property
+    def app(self):  # noqa: ANN201 - a Starlette app, for uvicorn or mounting in a larger one
+        return self.server.app
+
+
+def build_server(
+    settings: Settings, *, workflow: CorrectiveRAGWorkflow | None = None, index: ChunkIndex | None = None
+) -> CragServer:
+    """The server for `settings`: the index loaded once, the workflow built once and shared by
+    every request (its components keep no per-run state), the store `[server] store` names.
+
+    Example:
+        crag_server = build_server(Settings.load())
+        await crag_server.server.serve(host="127.0.0.1", port=8000)
+    """
+    from crag.factory import build_workflow
+
+    index = index if index is not None else ChunkIndex.load(settings.index.path)
+    workflow = workflow or build_workflow(settings, index=index)
+    store = store_for(settings)
+    key = settings.server.api_key.get_secret_value() if settings.server.api_key else ""
+    register_secret(key)  # so that no error message or trace can show it
+    middleware = [Middleware(QueryCheckMiddleware)]
+    if key:
+        middleware.insert(0, Middleware(ApiKeyMiddleware, api_key=key))  # outermost: checked first
+    server = WorkflowServer(workflow_store=store.store, middleware=middleware)
+    server.add_workflow(WORKFLOW_NAME, workflow)
+    # Ahead of the server's routes, so crag's /health (which says more) answers, not its own.
+    server.app.router.routes[:0] = crag_routes(workflow, index, store.store, store.kind, auth=bool(key))
+    return CragServer(server=server, store=store, auth=bool(key))
+
+
+def serve(settings: Settings) -> None:
+    """Serve until interrupted, on `[server] host` and `port`."""
+    crag_server = build_server(settings)
+    host, port = settings.server.host, settings.server.port
+    print(
+        f"crag: serving http://{host}:{port} (workflow '{WORKFLOW_NAME}', runs kept in "
+        f"{crag_server.store.kind} {crag_server.store.where}, "
+        f"{'API key required' if crag_server.auth else 'no API key: anyone who can connect may ask'})",
+        file=sys.stderr,
+    )
+    asyncio.run(crag_server.server.serve(host=host, port=port))

@@ -1,0 +1,39 @@
+"""API key check for every route but /health, as Starlette (ASGI) middleware."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+OPEN_PATHS = frozenset({"/health"})  # load balancers probe it without a key
+
+
+class ApiKeyMiddleware:
+    """Answers 401 unless the request carries the key as `Authorization: Bearer KEY` or
+    `X-API-Key: KEY`. Compared in constant time; the key is never logged or echoed."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        if not api_key:
+            raise ValueError("ApiKeyMiddleware needs a non-empty key")
+        self.app = app
+        self._key = api_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self._allowed(Headers(scope=scope)):
+            await self.app(scope, receive, send)
+            return
+        response = JSONResponse(
+            {"detail": "Missing or wrong API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'."},
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+        await response(scope, receive, send)
+
+    def _allowed(self, headers: Headers) -> bool:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        offered = token.strip() if scheme.lower() == "bearer" else headers.get("x-api-key", "")
+        # compare_digest on bytes: constant time in the key's content, and no str surprises.
+        return hmac.compare_digest(offered.encode(), self._key)

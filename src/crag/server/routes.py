@@ -1,0 +1,64 @@
+"""What crag's users need beside the workflow server's own routes: a health check that
+says what is served, and a finished run's trace as a picture."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_agents.server import AbstractWorkflowStore, HandlerQuery
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+from workflows import Workflow
+
+from crag.events import CragResult
+from crag.index import ChunkIndex
+from crag.render import trace_html
+
+WORKFLOW_NAME = "crag"
+
+
+def crag_routes(
+    workflow: Workflow, index: ChunkIndex, store: AbstractWorkflowStore, store_kind: str, *, auth: bool
+) -> list[Route]:
+    """`GET /health` and `GET /handlers/{handler_id}/trace`."""
+
+    async def health(request: Request) -> JSONResponse:
+        """Open to all (load balancers): says what is served, never where or with what key."""
+        body: dict[str, Any] = {
+            "status": "healthy",
+            "workflows": [WORKFLOW_NAME],
+            "index": {"chunks": len(index), "files": len(index.manifest)},
+            "store": store_kind,
+            "auth": auth,
+        }
+        try:
+            await store.query(HandlerQuery(handler_id_in=["-health-probe-"]))
+        except Exception as exc:  # noqa: BLE001 - any store failure makes this process unfit
+            body.update(status="unhealthy", error=f"the {store_kind} store is unreachable: {type(exc).__name__}")
+            return JSONResponse(body, status_code=503)
+        return JSONResponse(body)
+
+    async def trace_page(request: Request) -> Response:
+        """The run's path on the workflow's graph, as `crag draw --trace` draws it."""
+        handler_id = request.path_params["handler_id"]
+        found = await store.query(HandlerQuery(handler_id_in=[handler_id]))
+        if not found:
+            return JSONResponse({"detail": f"No run {handler_id!r}."}, status_code=404)
+        handler = found[0]
+        if handler.status == "running":
+            return JSONResponse({"detail": "The run has not finished; its trace is drawn when it has."},
+                                status_code=409)
+        value = handler.result.result if handler.result is not None else None
+        if value is None:
+            return JSONResponse(
+                {"detail": f"The run {handler.status} without a result: {handler.error or 'no error recorded'}."},
+                status_code=409,
+            )
+        result = value if isinstance(value, CragResult) else CragResult.model_validate(value)
+        return HTMLResponse(trace_html(workflow, result.trace, title=f"crag run {handler_id}"))
+
+    return [
+        Route("/health", health, methods=["GET"]),
+        Route("/handlers/{handler_id}/trace", trace_page, methods=["GET"]),
+    ]
