@@ -130,14 +130,15 @@ def _settings(args: argparse.Namespace, **overrides: dict[str, Any]) -> Settings
 
 
 def _ingest(args: argparse.Namespace) -> int:
+    from crag.chunking import node_parser_for
     from crag.index import ingest
     from crag.progress import ingest_progress
-
-    from crag.chunking import node_parser_for
 
     settings = _settings(args)
     node_parser, chunker = node_parser_for(settings)
     with nullcontext(None) if args.quiet else ingest_progress() as progress:
+        if hasattr(node_parser, "progress"):  # the agentic chunker counts documents as it goes
+            node_parser.progress = progress
         summarize = None
         if settings.index.summaries:
             from crag.steps.summaries import summarizer_for

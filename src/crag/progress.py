@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from crag.index import ProgressCallback
 
 StepCallback = Callable[[StepProgressEvent], None]
-STAGES = {"read": "files", "embed": "chunks"}  # ingest's stages and what they count
+STAGES = {"read": "files", "chunk": "documents", "summarize": "documents", "embed": "chunks"}  # ingest's stages and what they count
 
 
 async def run_with_progress(workflow: Workflow, query: str, on_step: StepCallback) -> CragResult:
