@@ -183,14 +183,14 @@ def test_llm_summaries_use_llama_index_summary_query_through_the_openai_client()
 def test_a_failing_summary_call_is_a_clear_error_and_the_index_is_kept(tmp_path: Path) -> None:
     docs = write_docs(tmp_path / "docs", {"battery.md": BATTERY})
     ingest([docs], tmp_path / "index", summarize=ExtractiveSummarizer())
-    before = {p.name: p.read_bytes() for p in (tmp_path / "index").iterdir()}
+    before = {str(p): p.read_bytes() for p in (tmp_path / "index").rglob("*") if p.is_file()}
     write_docs(tmp_path / "more", {"warranty.md": WARRANTY})
     failing = lambda prompt: Reply(500, {"error": {"message": "model overloaded"}})  # noqa: E731
     with LoopbackServer(openai_chat(failing)) as server:
         summarize = summarizer_for(llm_settings(server, max_retries=0))
         with pytest.raises(IngestError, match=r"Summarizing document .*warranty.md failed .*nothing was written"):
             ingest([tmp_path / "more"], tmp_path / "index", summarize=summarize)
-    assert {p.name: p.read_bytes() for p in (tmp_path / "index").iterdir()} == before
+    assert {str(p): p.read_bytes() for p in (tmp_path / "index").rglob("*") if p.is_file()} == before
 
 
 # --- end to end ----------------------------------------------------------------------------------
@@ -223,3 +223,21 @@ def test_asking_the_summary_retriever_of_an_index_without_summaries_fails_with_t
     assert main(["ask", "How long does the battery last?", "--retriever", "summary", "--index", index, "-q"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("crag: error:") and "--summaries" in err
+
+
+def test_ingest_without_summaries_keeps_those_already_written(tmp_path: Path) -> None:
+    docs = write_docs(tmp_path / "docs", {"battery.md": BATTERY})
+    ingest([docs], tmp_path / "index", summarize=ExtractiveSummarizer())
+    written = ChunkIndex.load(tmp_path / "index").summaries
+    write_docs(tmp_path / "more", {"warranty.md": WARRANTY})
+    ingest([tmp_path / "more"], tmp_path / "index")
+    assert ChunkIndex.load(tmp_path / "index").summaries == written
+
+
+def test_asking_for_summaries_of_an_up_to_date_index_summarizes_every_document(tmp_path: Path) -> None:
+    docs = write_docs(tmp_path / "docs", {"battery.md": BATTERY, "warranty.md": WARRANTY})
+    ingest([docs], tmp_path / "index")
+    assert ChunkIndex.load(tmp_path / "index").summaries == {}
+    ingest([docs], tmp_path / "index", summarize=ExtractiveSummarizer())
+    index = ChunkIndex.load(tmp_path / "index")
+    assert set(index.summaries) == {n.ref_doc_id for n in index.nodes}

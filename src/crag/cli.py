@@ -153,6 +153,7 @@ def _ingest(args: argparse.Namespace) -> int:
             node_parser=node_parser,
             chunker=chunker,
             summarize=summarize,
+            vector_store=settings.vector_store,
         )
     print(
         f"{report.files_read} file(s) read, {report.files_unchanged} unchanged, "

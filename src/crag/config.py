@@ -52,6 +52,25 @@ class IndexSettings(_Section):
         True, description="Agentic chunker, offline: replace a sentence's leading pronoun with the latest subject."
     )
 
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> IndexSettings:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError(
+                f"index.chunk_overlap ({self.chunk_overlap}) must be smaller than index.chunk_size ({self.chunk_size})"
+            )
+        return self
+
+
+class VectorStoreSettings(_Section):
+    """Where chunk vectors are searched: a Chroma store inside the index, or a Chroma server."""
+
+    kind: Literal["embedded", "server"] = Field(
+        "embedded", description="embedded: <index>/vectors, no server; server: a Chroma server at uri."
+    )
+    uri: str | None = Field(None, description="Chroma server URL for kind 'server', e.g. http://host:8000.")
+    token: SecretStr | None = Field(None, description="Bearer token for the server, if it asks for one.")
+    collection: str = Field("crag", description="Collection name prefix on the server; one per index.")
+
 
 class RetrieverSettings(_Section):
     kind: Literal["hybrid", "vector", "bm25", "summary"] = "hybrid"
@@ -171,6 +190,7 @@ class Settings(_Section):
 
     index: IndexSettings = IndexSettings()
     retriever: RetrieverSettings = RetrieverSettings()
+    vector_store: VectorStoreSettings = VectorStoreSettings()
     postprocess: PostprocessSettings = PostprocessSettings()
     grader: GraderSettings = GraderSettings()
     refiner: RefinerSettings = RefinerSettings()

@@ -38,7 +38,7 @@ def build_workflow(
         wf = build_workflow(Settings.load(), grader=MyGrader())
     """
     settings = settings or Settings.load()
-    index = index if index is not None else ChunkIndex.load(settings.index.path)
+    index = index if index is not None else ChunkIndex.load(settings.index.path, settings.vector_store)
     embed_model = WordLlamaEmbedding()
     llms = LLMFactory(settings.llm)
     use_llm = settings.llm.configured

@@ -4,11 +4,15 @@ Layout of an index folder:
     nodes.jsonl       one llama-index TextNode per line
     embeddings.npy    float32, one unit-length row per node, same order
     manifest.json     per source file: size, mtime, hash and the documents it held;
-                      and the chunker that cut them
+                      the chunker that cut them; where the vectors are searched
+    vectors/          the embedded Chroma store of the embeddings (`crag.vector_store`);
+                      with a Chroma server, the manifest names the collection instead
     summaries.json    optional: a summary per document id (retriever kind "summary")
 
 Writes are atomic: a new version is written beside the old one and swapped in by
-rename, so a failed or interrupted ingest leaves the previous index usable.
+rename, so a failed or interrupted ingest leaves the previous index usable. embeddings.npy
+stays the record of the vectors: a server collection is filled from it, and an index
+written before the vector store existed is searched from it in memory.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import numpy as np
 from llama_index.core.node_parser import NodeParser, SentenceSplitter
 from llama_index.core.schema import Document, TextNode
 
+from crag.vector_store import STORE_FOLDER, ChromaStore, client_for
+from crag.config import VectorStoreSettings
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
 from crag.models import WordLlamaEmbedding
 from crag.readers import find_files, read_documents
@@ -42,10 +48,15 @@ class ChunkIndex:
     manifest: dict[str, dict] = field(default_factory=dict)
     chunker: str = ""  # the node parser's signature; a different one re-chunks every file
     summaries: dict[str, str] = field(default_factory=dict)  # document id -> summary
+    store_settings: VectorStoreSettings = field(default_factory=VectorStoreSettings)
+    vectors: dict = field(default_factory=dict)  # the manifest's record of the vector store
 
     def __post_init__(self) -> None:
         self._stats: TermStats | None = None
         self._bm25 = None
+        self._store: ChromaStore | None = None
+        self._positions: dict[str, int] | None = None
+        self.path: Path | None = None
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -65,12 +76,39 @@ class ChunkIndex:
             self._bm25 = BM25([n.get_content() for n in self.nodes])
         return self._bm25
 
+    def vector_search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Positions of the `k` chunks nearest `vector` (inner product), best first.
+
+        Searched in the vector store the index was written with; an index that has none
+        (written in memory, or before the store existed) is searched exactly in memory.
+        """
+        if not len(self.nodes) or k <= 0:
+            return []
+        if not self.vectors or self.path is None:
+            sims = self.embeddings @ vector
+            depth = min(k, len(sims))
+            best = np.argpartition(-sims, depth - 1)[:depth]
+            return [(int(i), float(sims[i])) for i in best[np.argsort(-sims[best], kind="stable")]]
+        if self._store is None:
+            self._store = _open_store(self.path, self.vectors, self.store_settings)
+            self._positions = {n.node_id: i for i, n in enumerate(self.nodes)}
+        hits = self._store.query(vector, k)
+        # A chunk id the index does not hold cannot come back, but would be a KeyError if it did.
+        return [(self._positions[i], s) for i, s in hits if i in self._positions]
+
+    def close(self) -> None:
+        """Release the vector store (an embedded one's files); searching opens it again."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
     @classmethod
     def empty(cls) -> ChunkIndex:
         return cls(nodes=[], embeddings=np.zeros((0, 256), dtype=np.float32))
 
     @classmethod
-    def load(cls, path: str | Path) -> ChunkIndex:
+    def load(cls, path: str | Path, store_settings: VectorStoreSettings | None = None) -> ChunkIndex:
+        """The index at `path`; `store_settings` reach a server store (its uri and token)."""
         path = Path(path)
         _recover(path)
         if path.exists() and not path.is_dir():
@@ -83,20 +121,24 @@ class ChunkIndex:
         try:
             nodes = _read_nodes(path / "nodes.jsonl")
             embeddings = _read_embeddings(path / "embeddings.npy")
-            manifest, chunker = _read_manifest(path / "manifest.json")
+            manifest, chunker, vectors = _read_manifest(path / "manifest.json")
             summaries = _read_summaries(path / "summaries.json")
         except ValueError as exc:
             raise IndexNotFoundError(f"The index at {path} is unreadable ({exc}); {rebuild}") from None
         problem = _embedding_problem(embeddings, len(nodes))
         if problem:
             raise IndexNotFoundError(f"The index at {path} is inconsistent ({problem}); {rebuild}")
-        return cls(
+        index = cls(
             nodes=nodes,
             embeddings=embeddings.astype(np.float32, copy=False),
             manifest=manifest,
             chunker=chunker,
             summaries=summaries,
+            store_settings=store_settings or VectorStoreSettings(),
+            vectors=vectors,
         )
+        index.path = path
+        return index
 
     def save(self, path: str | Path) -> None:
         """Write atomically: into a sibling folder, then swap it in by rename.
@@ -115,7 +157,8 @@ class ChunkIndex:
                 f.write(json.dumps(node.to_dict(), ensure_ascii=False) + "\n")
         with open(tmp / "embeddings.npy", "wb") as f:
             np.save(f, self.embeddings)
-        manifest = {"format": FORMAT_VERSION, "chunker": self.chunker, "files": self.manifest}
+        vectors = _write_vectors(self, tmp, path)
+        manifest = {"format": FORMAT_VERSION, "chunker": self.chunker, "files": self.manifest, "vectors": vectors}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
         written = ["nodes.jsonl", "embeddings.npy", "manifest.json"]
         if self.summaries:
@@ -131,10 +174,73 @@ class ChunkIndex:
         tmp.rename(path)
         _fsync_dir(path.parent)  # the renames themselves survive a power cut
         shutil.rmtree(old, ignore_errors=True)
+        if self.vectors.get("kind") == "server" and self.vectors.get("collection") != vectors["collection"]:
+            _drop_collection(self.store_settings, path, self.vectors["collection"])
+        self.close()
+        self.vectors, self.path, self._positions = vectors, path, None
 
 
 EMBEDDING_DIM = 256
-INDEX_FILES = ("nodes.jsonl", "embeddings.npy", "manifest.json", "summaries.json")
+INDEX_FILES = ("nodes.jsonl", "embeddings.npy", "manifest.json", "summaries.json", STORE_FOLDER)
+
+
+def _open_store(path: Path, vectors: dict, settings: VectorStoreSettings) -> ChromaStore:
+    if vectors.get("kind") == "server" and settings.kind != "server":
+        raise ConfigError(
+            f"The index at {path} keeps its vectors on a Chroma server (collection "
+            f"{vectors.get('collection')!r}); set [vector_store] kind = \"server\" and its uri."
+        )
+    try:
+        return ChromaStore(client_for(settings, path), vectors["collection"])
+    except (ConfigError, IndexNotFoundError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - chromadb raises NotFoundError, ValueError, OSError...
+        raise IndexNotFoundError(
+            f"The vector store of the index at {path} is unreadable ({exc}); "
+            f"remove the folder and build it again: crag ingest YOUR_DOCS --index {path}"
+        ) from None
+
+
+def _write_vectors(index: ChunkIndex, tmp: Path, path: Path) -> dict:
+    """Put the index's vectors where its settings say; the manifest's record of them.
+
+    Embedded: the live store is copied into the new version and brought up to date there
+    (removed chunks deleted, new ones added), so ingest cost follows the change, not the
+    index. Server: a new collection holds every vector; the old one stays live until the swap.
+    """
+    settings = index.store_settings
+    ids = [n.node_id for n in index.nodes]
+    if settings.kind == "embedded":
+        name = "chunks"
+        if index.vectors.get("kind") == "embedded" and (path / STORE_FOLDER).is_dir():
+            shutil.copytree(path / STORE_FOLDER, tmp / STORE_FOLDER)
+    else:
+        generation = int(index.vectors.get("generation", 0)) + 1
+        name = f"{settings.collection}-{generation}"
+    store = ChromaStore(client_for(settings, tmp), name, create=True)
+    try:
+        stored = store.ids()
+        wanted = set(ids)
+        store.delete([i for i in stored if i not in wanted])
+        missing = [p for p, i in enumerate(ids) if i not in stored]
+        store.add([ids[p] for p in missing], [index.nodes[p].ref_doc_id or "" for p in missing],
+                  index.embeddings[missing])
+    finally:
+        store.close()
+    record = {"kind": settings.kind, "collection": name, "count": len(ids)}
+    if settings.kind == "server":
+        record["generation"] = generation
+    return record
+
+
+def _drop_collection(settings: VectorStoreSettings, path: Path, name: str) -> None:
+    client = client_for(settings, path)
+    try:
+        client.delete_collection(name)
+    except Exception:  # noqa: BLE001 - already gone: nothing to clean up
+        pass
+    finally:
+        client.close()
 
 
 def _read_nodes(file: Path) -> list[TextNode]:
@@ -173,7 +279,7 @@ def _read_embeddings(file: Path) -> np.ndarray:
         raise ValueError("embeddings.npy is not a NumPy array file") from None
 
 
-def _read_manifest(file: Path) -> tuple[dict[str, dict], str]:
+def _read_manifest(file: Path) -> tuple[dict[str, dict], str, dict]:
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -185,7 +291,10 @@ def _read_manifest(file: Path) -> tuple[dict[str, dict], str]:
     files = manifest.get("files", {}) if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
         raise ValueError("manifest.json is not crag's manifest")
-    return files, str(manifest.get("chunker", ""))
+    vectors = manifest.get("vectors") or {}
+    if not isinstance(vectors, dict) or (vectors and not isinstance(vectors.get("collection"), str)):
+        raise ValueError("manifest.json's vector store record is damaged")
+    return files, str(manifest.get("chunker", "")), vectors
 
 
 def _read_summaries(file: Path) -> dict[str, str]:
@@ -274,6 +383,7 @@ def ingest(
     node_parser: NodeParser | None = None,
     chunker: str | None = None,
     summarize: Summarizer | None = None,
+    vector_store: VectorStoreSettings | None = None,
 ) -> IngestReport:
     """Add files to the index at `index_dir`, re-reading only files that changed.
 
@@ -283,7 +393,8 @@ def ingest(
     `node_parser` cuts documents into chunks (default: a `SentenceSplitter` of
     `chunk_size` tokens) and `chunker` names it; when the name differs from the one
     the index was built with, every file is chunked again. `summarize`, when given,
-    writes a summary of each new document into the index.
+    writes a summary of each new document into the index. `vector_store` says where the
+    vectors are searched (default: a Chroma store embedded in the index folder).
     """
     index_dir = Path(index_dir)
     if chunk_overlap >= chunk_size:
@@ -291,7 +402,7 @@ def ingest(
             f"index.chunk_overlap ({chunk_overlap}) must be smaller than index.chunk_size ({chunk_size})."
         )
     try:
-        index = ChunkIndex.load(index_dir)
+        index = ChunkIndex.load(index_dir, vector_store)
     except IndexNotFoundError:
         if (index_dir / "nodes.jsonl").exists() or index_dir.is_file():
             raise
@@ -310,6 +421,9 @@ def ingest(
         raise IngestError(f"No .txt, .md, .html or .jsonl files found in {', '.join(map(str, paths))}.")
 
     report = IngestReport()
+    unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
+    if summarize is not None:
+        unsummarized = {n.metadata.get("file") for n in index.nodes if n.ref_doc_id not in index.summaries}
     changed: dict[str, dict] = {}
     documents: list[Document] = []
     if progress:
@@ -317,7 +431,7 @@ def ingest(
     for number, file in enumerate(files, start=1):
         key = str(file.resolve())
         stat = file.stat()
-        entry = index.manifest.get(key)
+        entry = None if key in unsummarized else index.manifest.get(key)  # re-read: to summarize it
         if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
             report.files_unchanged += 1
             if progress:
@@ -362,10 +476,10 @@ def ingest(
     new_doc_ids = {d.doc_id for d in documents}
     keep = [i for i in keep if index.nodes[i].ref_doc_id not in new_doc_ids]
     kept_nodes = [index.nodes[i] for i in keep]
-    summaries = {}
+    # Summaries of unchanged documents stay; those of changed ones are stale.
+    kept_docs = {n.ref_doc_id for n in kept_nodes}
+    summaries = {d: s for d, s in index.summaries.items() if d in kept_docs}
     if summarize is not None:
-        kept_docs = {n.ref_doc_id for n in kept_nodes}
-        summaries = {d: s for d, s in index.summaries.items() if d in kept_docs}
         summaries.update(summarize(documents))
     merged = ChunkIndex(
         nodes=kept_nodes + new_nodes,
@@ -373,6 +487,8 @@ def ingest(
         manifest={**index.manifest, **changed},
         chunker=chunker,
         summaries=summaries,
+        store_settings=vector_store or VectorStoreSettings(),
+        vectors=index.vectors,  # the live store, which the new version starts from
     )
     if not merged.nodes:
         names = ", ".join(Path(k).name for k in list(changed)[:3]) + ("..." if len(changed) > 3 else "")

@@ -215,7 +215,12 @@ def build_index(
         chunk_size=settings.index.chunk_size,
         chunk_overlap=settings.index.chunk_overlap,
     )
-    return ChunkIndex.load(folder / "index")
+    stored = ChunkIndex.load(folder / "index")
+    # Searched exactly in memory, not in the folder's vector store: the folder is temporary,
+    # and an evaluation should not depend on an approximate index's luck.
+    return ChunkIndex(
+        nodes=stored.nodes, embeddings=stored.embeddings, manifest=stored.manifest, chunker=stored.chunker
+    )
 
 
 def _default_concurrency(settings: Settings) -> int:

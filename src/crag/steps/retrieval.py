@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
@@ -51,10 +50,8 @@ class HybridRetriever:
         if self.mode in ("hybrid", "bm25"):
             rankings.append((1.0, [i for i, _ in self.index.bm25.top(query, self.candidates)]))
         if self.mode in ("hybrid", "vector"):
-            sims = self.index.embeddings @ self.embed_model.embed_many([query])[0]
-            depth = min(self.candidates, len(sims))
-            best = np.argpartition(-sims, depth - 1)[:depth]
-            ranking = [int(i) for i in best[np.argsort(-sims[best], kind="stable")]]
+            hits = self.index.vector_search(self.embed_model.embed_many([query])[0], self.candidates)
+            ranking = [position for position, _ in hits]
             rankings.append((self.vector_weight if self.mode == "hybrid" else 1.0, ranking))
         fused: dict[int, float] = {}
         for weight, ranking in rankings:

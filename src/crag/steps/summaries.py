@@ -226,8 +226,7 @@ class SummaryRetriever:
         if len(index) and not index.summaries:
             raise ConfigError(
                 "Retriever kind 'summary' needs document summaries and this index has none: run "
-                "`crag ingest YOUR_DOCS --summaries` (into a new --index folder if the files were "
-                "ingested before: unchanged files are not read again)."
+                "`crag ingest YOUR_DOCS --summaries` (documents already indexed are summarized too)."
             )
         if choice == "llm" and llm is None:
             raise ConfigError("summary_choice 'llm' needs a model: set OPENAI_API_KEY or OPENAI_BASE_URL.")

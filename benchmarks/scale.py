@@ -1,0 +1,152 @@
+"""Ingest and retrieval at 1k, 10k and 100k chunks: crag's store against SimpleVectorStore.
+
+    python benchmarks/scale.py [--sizes 1000,10000,100000] [--queries 200] [--data ../shared/data]
+
+Corpora are made from the shared *-corpus.jsonl passages: every sentence, shuffled with a
+fixed seed, dealt into documents of four sentences (one chunk each at crag's default chunk
+size). crag ingests them with `crag.index.ingest` (read, chunk, embed, store), then loads
+the index and builds its BM25 and IDF statistics, all counted in "ingest chunks/s". LlamaIndex
+gets the same chunks and the same WordLlama model in a `VectorStoreIndex` over a
+`SimpleVectorStore`, persisted to disk. Retrieval is the vector top-5 of dev-set questions
+(query embedding included, for both); "hybrid p95" is crag's whole retriever (BM25 + vectors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from crag.index import ChunkIndex, ingest  # noqa: E402
+from crag.models import WordLlamaEmbedding  # noqa: E402
+from crag.steps.retrieval import HybridRetriever  # noqa: E402
+from crag.text import sentences  # noqa: E402
+
+SETS = ("squad", "popqa", "hotpotqa")
+SENTENCES_PER_DOC = 4
+
+
+def make_corpus(data: Path, chunks: int, out: Path, seed: int = 0) -> None:
+    pool = []
+    for name in SETS:
+        with open(data / f"{name}-dev-corpus.jsonl", encoding="utf-8") as f:
+            pool.extend(s for line in f for s in sentences(json.loads(line)["text"]))
+    rng = random.Random(seed)
+    with open(out, "w", encoding="utf-8") as f:
+        for i in range(chunks):
+            text = " ".join(rng.choice(pool) for _ in range(SENTENCES_PER_DOC))
+            f.write(json.dumps({"doc_id": f"d{i}", "title": f"Doc {i}", "text": text}) + "\n")
+
+
+def questions(data: Path, count: int) -> list[str]:
+    found = []
+    for name in SETS:
+        with open(data / f"{name}-dev.jsonl", encoding="utf-8") as f:
+            found.extend(json.loads(line)["question"] for line in f)
+    return random.Random(1).sample(found, min(count, len(found)))
+
+
+def size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def percentiles(seconds: list[float]) -> tuple[float, float]:
+    ms = np.array(seconds) * 1000
+    return float(np.percentile(ms, 50)), float(np.percentile(ms, 95))
+
+
+def timed(fn, items) -> list[float]:  # noqa: ANN001
+    out = []
+    for item in items:
+        start = time.perf_counter()
+        fn(item)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def run_crag(corpus: Path, folder: Path, model: WordLlamaEmbedding, queries: list[str]) -> dict:
+    start = time.perf_counter()
+    ingest([corpus], folder, embed_model=model)
+    index = ChunkIndex.load(folder)
+    index.bm25, index.term_stats  # noqa: B018 - built on load by every workflow
+    seconds = time.perf_counter() - start
+    vector = timed(lambda q: index.vector_search(model.embed_many([q])[0], 5), queries)
+    hybrid = HybridRetriever(index, model)
+    full = timed(lambda q: asyncio.run(hybrid.retrieve(q)), queries)
+    exact = ChunkIndex(nodes=index.nodes, embeddings=index.embeddings)  # recall of the store's top 5
+    recall = np.mean([
+        len({p for p, _ in index.vector_search(v, 5)} & {p for p, _ in exact.vector_search(v, 5)}) / 5
+        for v in model.embed_many(queries[:50])
+    ])
+    index.close()
+    return {"chunks": len(index), "rate": len(index) / seconds, "mb": size_mb(folder),
+            "p": percentiles(vector), "hybrid_p95": percentiles(full)[1], "recall": float(recall)}
+
+
+def run_simple(folder: Path, crag_index: Path, model: WordLlamaEmbedding, queries: list[str]) -> dict:
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.core.vector_stores import SimpleVectorStore
+
+    nodes = ChunkIndex.load(crag_index).nodes  # the very chunks crag made; reading them is not timed
+    for node in nodes:
+        node.embedding = None
+    start = time.perf_counter()
+    storage = StorageContext.from_defaults(vector_store=SimpleVectorStore())
+    index = VectorStoreIndex(nodes, storage_context=storage, embed_model=model, insert_batch_size=4096)
+    index.storage_context.persist(str(folder))
+    seconds = time.perf_counter() - start
+    retriever = index.as_retriever(similarity_top_k=5)
+    latency = timed(retriever.retrieve, queries)
+    return {"rate": len(nodes) / seconds, "mb": size_mb(folder), "p": percentiles(latency)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    parser.add_argument("--skip-simple", action="store_true", help="crag only")
+    args = parser.parse_args()
+    model = WordLlamaEmbedding()
+    queries = questions(args.data, args.queries)
+    print("| chunks | system | ingest chunks/s | disk MB | vector p50 ms | vector p95 ms | hybrid p95 ms "
+          "| recall@5 vs exact | p95 crag/simple |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    goals = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory(prefix="crag-scale-") as tmp:
+            root = Path(tmp)
+            make_corpus(args.data, size, root / "corpus.jsonl")
+            crag = run_crag(root / "corpus.jsonl", root / "crag", model, queries)
+            simple = None if args.skip_simple else run_simple(root / "simple", root / "crag", model, queries)
+            ratio = crag["p"][1] / simple["p"][1] if simple else float("nan")
+            print(f"| {crag['chunks']:,} | crag (Chroma, embedded) | {crag['rate']:,.0f} | {crag['mb']:.1f} | "
+                  f"{crag['p'][0]:.2f} | {crag['p'][1]:.2f} | {crag['hybrid_p95']:.2f} | {crag['recall']:.3f} | "
+                  f"{ratio:.3f} |")
+            if simple:
+                print(f"| {crag['chunks']:,} | SimpleVectorStore | {simple['rate']:,.0f} | {simple['mb']:.1f} | "
+                      f"{simple['p'][0]:.2f} | {simple['p'][1]:.2f} | | 1.000 | |")
+            sys.stdout.flush()
+            goals.append((crag["chunks"], crag["rate"], crag["p"][1], ratio))
+    largest = max(goals)
+    checks = [f"ingest >= 500 chunks/s: {'yes' if min(g[1] for g in goals) >= 500 else 'NO'} "
+              f"(lowest {min(g[1] for g in goals):,.0f})",
+              f"p95 at {largest[0]:,} chunks <= 50 ms: {'yes' if largest[2] <= 50 else 'NO'} ({largest[2]:.1f})"]
+    if not args.skip_simple:
+        checks.append(f"<= 1/10 of SimpleVectorStore's: {'yes' if largest[3] <= 0.1 else 'NO'} ({largest[3]:.3f})")
+    print("goals: " + "; ".join(checks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""The vector store: Chroma embedded in the index folder, or a real Chroma server on loopback,
+chosen by `[vector_store]` alone; the same tests run against both."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crag import ConfigError, IngestError, ingest
+from crag.config import VectorStoreSettings
+from crag.index import ChunkIndex
+from crag.models import WordLlamaEmbedding
+from crag.vector_store import ChromaStore, client_for
+
+
+@pytest.fixture(scope="module")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`chroma run` (the server shipped in the chromadb wheel) on a free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    chroma = Path(sys.executable).with_name("chroma")
+    data = tmp_path_factory.mktemp("chroma-server")
+    server = subprocess.Popen(
+        [str(chroma), "run", "--path", str(data), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, "chroma server did not start"
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}"
+    server.terminate()
+    server.wait(10)
+
+
+@pytest.fixture(params=["embedded", "server"])
+def settings(request: pytest.FixtureRequest) -> VectorStoreSettings:
+    if request.param == "embedded":
+        return VectorStoreSettings()
+    uri = request.getfixturevalue("chroma_server")
+    return VectorStoreSettings(kind="server", uri=uri, collection=f"t{abs(hash(request.node.name)) % 10**8}")
+
+
+def unit(rows: int, seed: int) -> np.ndarray:
+    vectors = np.random.default_rng(seed).standard_normal((rows, 256)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_add_query_and_delete_by_document_round_trip(settings: VectorStoreSettings, tmp_path: Path) -> None:
+    vectors = unit(6, seed=0)
+    store = ChromaStore(client_for(settings, tmp_path), f"{settings.collection}-rt", create=True)
+    try:
+        store.add([f"c{i}" for i in range(6)], ["a", "a", "b", "b", "c", "c"], vectors)
+        hits = store.query(vectors[3], 2)
+        assert hits[0][0] == "c3" and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+        store.delete_documents(["b"])
+        assert store.ids() == {"c0", "c1", "c4", "c5"}
+        assert "c3" not in [i for i, _ in store.query(vectors[3], 6)]
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "tea.txt").write_text("Tea was first drunk in China. Green tea is not oxidised.")
+    (folder / "coffee.txt").write_text("Coffee beans are roasted seeds of the coffee plant.")
+    (folder / "cocoa.txt").write_text("Cocoa comes from the beans of the cacao tree.")
+    return folder
+
+
+def nearest(index: ChunkIndex, text: str, k: int = 3) -> list[tuple[str, float]]:
+    vector = WordLlamaEmbedding().embed_many([text])[0]
+    return [(index.nodes[p].get_content(), round(s, 5)) for p, s in index.vector_search(vector, k)]
+
+
+def test_the_store_gives_the_exact_ranking_and_a_reopened_index_the_same(
+    settings: VectorStoreSettings, docs: Path, tmp_path: Path
+) -> None:
+    ingest([docs], tmp_path / "index", vector_store=settings)
+    index = ChunkIndex.load(tmp_path / "index", settings)
+    assert index.vectors["kind"] == settings.kind and index.vectors["count"] == 3
+    found = nearest(index, "roasted coffee")
+    in_memory = ChunkIndex(nodes=index.nodes, embeddings=index.embeddings)  # exact, in NumPy
+    assert [t for t, _ in found] == [t for t, _ in nearest(in_memory, "roasted coffee")]
+    assert found[0][0].startswith("Coffee")
+    index.close()
+    assert nearest(ChunkIndex.load(tmp_path / "index", settings), "roasted coffee") == found
+
+
+def test_a_changed_file_replaces_its_vectors(settings: VectorStoreSettings, docs: Path, tmp_path: Path) -> None:
+    ingest([docs], tmp_path / "index", vector_store=settings)
+    (docs / "coffee.txt").write_text("Espresso is brewed by forcing hot water through ground beans.")
+    ingest([docs], tmp_path / "index", vector_store=settings)
+    index = ChunkIndex.load(tmp_path / "index", settings)
+    texts = [t for t, _ in nearest(index, "coffee espresso roasted", k=10)]
+    assert len(texts) == 3 and texts[0].startswith("Espresso")
+    assert not any(t.startswith("Coffee beans") for t in texts)
+    store = ChromaStore(client_for(settings, tmp_path / "index"), index.vectors["collection"])
+    assert store.ids() == {n.node_id for n in index.nodes}  # the old chunk's vector is gone
+    store.close()
+
+
+def test_a_failed_write_leaves_the_old_index_and_its_vectors_searchable(
+    settings: VectorStoreSettings, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ingest([docs], tmp_path / "index", vector_store=settings)
+    before = nearest(ChunkIndex.load(tmp_path / "index", settings), "cacao tree")
+    (docs / "cocoa.txt").write_text("Chocolate is made from fermented cacao.")
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("crag.index._fsync_dir", crash)  # after the vectors, before the swap
+    with pytest.raises(OSError):
+        ingest([docs], tmp_path / "index", vector_store=settings)
+    monkeypatch.undo()
+    assert nearest(ChunkIndex.load(tmp_path / "index", settings), "cacao tree") == before
+
+
+def test_the_embedded_store_lives_in_the_index_folder_and_moves_with_it(docs: Path, tmp_path: Path) -> None:
+    ingest([docs], tmp_path / "index")
+    shutil.move(tmp_path / "index", tmp_path / "moved")
+    assert nearest(ChunkIndex.load(tmp_path / "moved"), "roasted coffee")[0][0].startswith("Coffee")
+
+
+def test_an_index_without_a_vector_store_is_searched_in_memory(docs: Path, tmp_path: Path) -> None:
+    ingest([docs], tmp_path / "index")
+    manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    del manifest["vectors"]  # as written before the store existed
+    (tmp_path / "index" / "manifest.json").write_text(json.dumps(manifest))
+    shutil.rmtree(tmp_path / "index" / "vectors")
+    assert nearest(ChunkIndex.load(tmp_path / "index"), "roasted coffee")[0][0].startswith("Coffee")
+
+
+def test_a_server_index_opened_without_server_settings_says_what_to_set(
+    chroma_server: str, docs: Path, tmp_path: Path
+) -> None:
+    ingest([docs], tmp_path / "index", vector_store=VectorStoreSettings(kind="server", uri=chroma_server))
+    with pytest.raises(ConfigError, match=r"\[vector_store\] kind = \"server\""):
+        nearest(ChunkIndex.load(tmp_path / "index"), "coffee")
+
+
+def test_a_server_without_a_uri_or_with_a_bad_one_is_a_settings_error(docs: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="vector_store.uri is not set"):
+        ingest([docs], tmp_path / "index", vector_store=VectorStoreSettings(kind="server"))
+    with pytest.raises(ConfigError, match="not an http"):
+        ingest([docs], tmp_path / "index", vector_store=VectorStoreSettings(kind="server", uri="chroma:8000"))
+
+
+def test_a_server_keeps_one_collection_per_index_after_each_ingest(
+    chroma_server: str, docs: Path, tmp_path: Path
+) -> None:
+    settings = VectorStoreSettings(kind="server", uri=chroma_server, collection="kept")
+    for text in ("Coffee is roasted.", "Coffee is ground."):
+        (docs / "coffee.txt").write_text(text)
+        ingest([docs], tmp_path / "index", vector_store=settings)
+    client = client_for(settings, tmp_path)
+    names = sorted(c.name for c in client.list_collections() if c.name.startswith("kept-"))
+    client.close()
+    assert names == ["kept-2"]
+
+
+def test_an_ingest_into_a_foreign_folder_is_still_refused(tmp_path: Path, docs: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("x")
+    with pytest.raises(IngestError, match="folder of other things"):
+        ingest([docs], tmp_path / "mine")
