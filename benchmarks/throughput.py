@@ -24,7 +24,8 @@ Tavily-shaped `/search` over the same corpus (word overlap), at once. It grades 
 chunk "no" (both systems then take their web path), rewrites a question to itself and
 answers with a fixed sentence, so per query both make k grading calls, one rewrite, one
 search and one answer call; the calls it counts are printed. Untimed warm-up: one query
-per server before the load.
+per server before the load. Each server's CPU time over the load (total and per query) and
+the machine's load average before and after are printed too: the machine may be shared.
 """
 
 from __future__ import annotations
@@ -331,6 +332,7 @@ class Measured:
     chat_calls: int = 0
     searches: int = 0
     server_cpu: float | None = None
+    load: tuple[float, float] = (0.0, 0.0)  # the machine's 1-min load average, before and after
 
     @property
     def qps(self) -> float:
@@ -364,11 +366,12 @@ async def measure(server: Server, fake: str, questions: list[str], timeout: floa
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
         await ask(client, server, questions[0])  # untimed warm-up: first-use costs
         before = (await client.get(fake + "/stats")).json()
-        cpu = cpu_seconds(server.pid)
+        cpu, load_before = cpu_seconds(server.pid), os.getloadavg()[0]
         started = time.perf_counter()
         done = await asyncio.gather(*(ask(client, server, q) for q in questions))
         out.wall = time.perf_counter() - started
         after_cpu = cpu_seconds(server.pid)
+        out.load = (load_before, os.getloadavg()[0])  # other work on the machine skews q/s
         after = (await client.get(fake + "/stats")).json()
     for seconds, error in done:
         out.latencies.append(seconds)
@@ -409,20 +412,24 @@ def report(results: list[Measured], args: argparse.Namespace, corpus_size: int, 
         "",
         f"{'system':<6} {'queries':>7} {'completed':>9} {'errors':>6} {'wall s':>7} "
         f"{'queries/s':>9} {'p50 s':>6} {'p95 s':>6} {'LLM calls/q':>11} {'searches/q':>10} "
-        f"{'server CPU s':>12}",
+        f"{'server CPU s':>12} {'CPU ms/q':>8}",
     ]
     for m in results:
         per = max(m.queries, 1)
         searches = "local" if m.name == "crag" and web == "local" else f"{m.searches / per:.2f}"
         cpu = "-" if m.server_cpu is None else f"{m.server_cpu:.1f}"
+        cpu_per_query = "-" if m.server_cpu is None else f"{1000 * m.server_cpu / per:.0f}"
         lines.append(
             f"{m.name:<6} {m.queries:>7} {m.completed:>9} {sum(m.errors.values()):>6} "
             f"{m.wall:>7.2f} {m.qps:>9.1f} {m.percentile(0.5):>6.2f} {m.percentile(0.95):>6.2f} "
-            f"{m.chat_calls / per:>11.2f} {searches:>10} {cpu:>12}"
+            f"{m.chat_calls / per:>11.2f} {searches:>10} {cpu:>12} {cpu_per_query:>8}"
         )
     lines.append("")
     for m in results:
-        lines.append(f"{m.name}: served by {m.note}")
+        lines.append(
+            f"{m.name}: served by {m.note}; machine load average {m.load[0]:.1f} before, "
+            f"{m.load[1]:.1f} after ({os.cpu_count()} CPUs)"
+        )
         for message, count in m.errors.most_common(5):
             lines.append(f"  NOTE: {count} of {m.queries} {m.name} queries failed: {message}")
     expected = args.top_k + 2

@@ -174,16 +174,14 @@ class _CheckedReplies:
         return self._client
 
     def _get_aclient(self) -> Any:
-        """One async client per event loop, each with its own connection pool.
+        """One async client per event loop, each with its own connection pools.
 
         llama-index keeps one for the model's life, but `workflow.ask()` (and a notebook,
         and pytest) runs each call on a fresh loop: connections opened on a closed loop
         cannot be reused, and openai's pool wrapper, when collected later, schedules its
         close on whatever loop runs then, which fails ("Task exception was never
-        retrieved: Event loop is closed"). The plain pool used here has no such finaliser.
+        retrieved: Event loop is closed"). The plain pools used here have no such finaliser.
         """
-        import openai
-
         try:
             loop: Any = asyncio.get_running_loop()
         except RuntimeError:
@@ -194,7 +192,7 @@ class _CheckedReplies:
         client = clients.get(loop) if loop is not None else None
         if client is None or not self.reuse_client:  # type: ignore[attr-defined]
             kwargs = self._get_credential_kwargs(is_async=True)
-            kwargs["http_client"] = kwargs.get("http_client") or openai.DefaultAsyncHttpxClient()
+            kwargs["http_client"] = kwargs.get("http_client") or _async_http_client()
             client = _scrubbing_clients()[1](**kwargs)
             if loop is not None and self.reuse_client:  # type: ignore[attr-defined]
                 clients[loop] = client
@@ -211,6 +209,58 @@ class _CheckedReplies:
                 "The model server's reply is not a chat completion with choices[0].message: "
                 f"{type(exc).__name__}: {redact(str(exc))[:200]}"
             ) from None
+
+
+def _async_http_client() -> Any:
+    """openai's default async HTTP client (its timeout, limits, redirects), its requests
+    spread over `POOL_SHARDS` of httpx's connection pools."""
+    import httpx
+    import openai
+    from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+    tls = httpx.create_ssl_context()  # one for all pools: each loads the CA bundle (~10 ms)
+    pools = [
+        httpx.AsyncHTTPTransport(verify=tls, limits=DEFAULT_CONNECTION_LIMITS)
+        for _ in range(POOL_SHARDS)
+    ]
+    return openai.DefaultAsyncHttpxClient(transport=_pool_shards()(pools))
+
+
+# httpcore's pool walks all its connections (polling each idle socket) and all queued
+# requests whenever a request starts or ends, so the CPU per call grows with the calls in
+# flight: 8-9 ms per call at 64 in flight against a loopback server, 2.2-3.0 ms with the
+# calls spread one per pool; fewer pools cost more: 2.7-3.1 ms at 16, 2.8-4.0 ms at 8
+# (benchmarks/model_client.py).
+POOL_SHARDS = MAX_IN_FLIGHT
+
+
+@cache
+def _pool_shards() -> type:
+    """`PoolShards`, defined on first use (httpx comes with the openai SDK, imported late)."""
+    import httpx
+
+    class PoolShards(httpx.AsyncBaseTransport):
+        """Several transports as one: each request goes to the one with the fewest requests
+        in flight. Errors, timeouts and TLS stay those of the transports given."""
+
+        def __init__(self, pools: Sequence[httpx.AsyncBaseTransport]) -> None:
+            self.pools = list(pools)
+            self.busy = [0] * len(self.pools)
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            shard = min(range(len(self.pools)), key=self.busy.__getitem__)
+            self.busy[shard] += 1
+            try:
+                # Busy until the reply's headers arrive: where a model spends its time.
+                return await self.pools[shard].handle_async_request(request)
+            finally:
+                self.busy[shard] -= 1
+
+        async def aclose(self) -> None:
+            for pool in self.pools:
+                await pool.aclose()
+
+    return PoolShards
 
 
 @cache
