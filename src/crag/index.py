@@ -92,7 +92,7 @@ class ChunkIndex:
         if self._store is None:
             self._store = _open_store(self.path, self.vectors, self.store_settings)
             self._positions = {n.node_id: i for i, n in enumerate(self.nodes)}
-        hits = self._store.query(vector, k)
+        hits = self._store.query(vector, min(k, len(self.nodes)))  # the store holds every chunk
         # A chunk id the index does not hold cannot come back, but would be a KeyError if it did.
         return [(self._positions[i], s) for i, s in hits if i in self._positions]
 

@@ -86,7 +86,8 @@ class ChromaStore:
         self.client.close()
 
     def query(self, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
-        k = min(k, self.count())
+        """The `k` nearest chunk ids with their inner product, best first; `k` at most the
+        collection's size (the caller knows it: counting costs a round trip per query)."""
         if k <= 0:
             return []
         found = self.collection.query(query_embeddings=[np.asarray(vector, np.float32)], n_results=k,
