@@ -9,9 +9,7 @@ over the same small corpus (the questions' gold passages, from
 
 * crag: `crag serve` (the product's server) over an index built by `crag ingest`, with a
   config whose `[llm] base_url` is the fake and whose web search is BM25 over the same
-  corpus (`--crag-web tavily`: the fake's Tavily endpoint instead). Until `crag serve`
-  exists, a `WorkflowServer` of llama-agents-server (the class it is built on) serving
-  `crag.build_workflow(settings)` as workflow "crag" stands in; the output says which ran.
+  corpus (`--crag-web tavily`: the fake's Tavily endpoint instead).
   `--crag-store PATH` sets its `[server] store`; `--crag-store memory` runs a bare
   WorkflowServer with its in-memory store instead, to see what storing runs costs.
 * pack: `llama-index-packs-corrective-rag` 0.3.1 in its own venv (benchmarks/.venv-pack,
@@ -32,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import re
@@ -193,23 +190,12 @@ class Server:
     answer: Callable[[Any], str | None]  # the answer in a 200 reply's JSON, None if absent
 
 
-def crag_serve_available() -> bool:
-    found = subprocess.run([str(CRAG), "serve", "--help"], capture_output=True, text=True)
-    return found.returncode == 0
-
-
-def serve_crag_fallback(config: str, port: int, memory: bool = False) -> None:
-    """Stand-in for the `crag serve` command: `crag.server.serve` where that module exists,
-    else (or with `memory`) llama-agents-server's WorkflowServer, what it is built on, with
-    its default in-memory store and workflow "crag"."""
+def serve_bare(config: str, port: int) -> None:
+    """For `--crag-store memory`: llama-agents-server's WorkflowServer, what `crag serve` is
+    built on, with its default in-memory store and workflow "crag", and no crag middleware."""
     import crag
 
     settings = crag.Settings.load(config_file=config)
-    if not memory and importlib.util.find_spec("crag.server") is not None:
-        from crag.server import serve
-
-        serve(settings)  # host and port from the config's [server]
-        return
     from llama_agents.server import WorkflowServer
 
     server = WorkflowServer()
@@ -233,21 +219,20 @@ def crag_answer(reply: Any) -> str | None:
 def crag_server(
     work: Path, fake: str, corpus: Path, top_k: int, web: str, store: str | None = None
 ) -> Iterator[Server]:
-    """`crag ingest` then `crag serve` (or the stand-in) with a config pointing at the fake."""
+    """`crag ingest` then `crag serve` with a config pointing at the fake."""
     web_section = (
         f'kind = "local"\ncorpus = "{corpus}"\n'
         if web == "local"
         else f'kind = "tavily"\nbase_url = "{fake}"\napi_key = "tvly-fake-crag"\n'
     )
     port, log = free_port(), work / "crag-server.log"
-    has_server = importlib.util.find_spec("crag.server") is not None
     config = work / "crag.toml"
     config.write_text(
         f'[index]\npath = "{work / "index"}"\n\n[retriever]\ntop_k = {top_k}\n\n'
         f'[llm]\nbase_url = "{fake}/v1"\napi_key = "sk-fake-crag"\n\n'
         f"[web_search]\n{web_section}top_k = 5\n"  # the pack asks Tavily for 5 results
-        + (f'\n[server]\nhost = "127.0.0.1"\nport = {port}\n' if has_server else "")
-        + (f'store = "{store}"\n' if has_server and store not in (None, "memory") else ""),
+        + f'\n[server]\nhost = "127.0.0.1"\nport = {port}\n'
+        + (f'store = "{store}"\n' if store not in (None, "memory") else ""),
         encoding="utf-8",
     )
     subprocess.run(
@@ -256,24 +241,13 @@ def crag_server(
     if store == "memory":
         code = (
             f"import sys; sys.path.insert(0, {str(HERE)!r}); import throughput; "
-            "throughput.serve_crag_fallback(sys.argv[1], int(sys.argv[2]), memory=True)"
+            "throughput.serve_bare(sys.argv[1], int(sys.argv[2]))"
         )
         argv = [sys.executable, "-c", code, str(config), str(port)]
         note = "DIAGNOSTIC: a bare WorkflowServer, in-memory store, no crag middleware"
-    elif crag_serve_available():
+    else:
         argv = [str(CRAG), "--config", str(config), "serve"]
         note = f"crag serve (run store: {store or 'SQLite beside the index, the default'})"
-    else:
-        code = (
-            f"import sys; sys.path.insert(0, {str(HERE)!r}); import throughput; "
-            "throughput.serve_crag_fallback(sys.argv[1], int(sys.argv[2]))"
-        )
-        argv = [sys.executable, "-c", code, str(config), str(port)]
-        note = (
-            "crag.server.serve, what `crag serve` runs (stand-in: the command is not wired yet)"
-            if has_server
-            else "llama-agents-server WorkflowServer (stand-in: no `crag serve` yet)"
-        )
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     with log.open("w") as out, process(argv, stdout=out, stderr=subprocess.STDOUT, env=env) as child:
         url = f"http://127.0.0.1:{port}"
