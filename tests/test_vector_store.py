@@ -176,6 +176,20 @@ def test_a_server_keeps_one_collection_per_index_after_each_ingest(
     assert names == ["kept-2"]
 
 
+def test_re_chunking_on_a_server_writes_the_next_collection_and_drops_the_live_one(
+    chroma_server: str, docs: Path, tmp_path: Path
+) -> None:
+    settings = VectorStoreSettings(kind="server", uri=chroma_server, collection="rechunked")
+    ingest([docs], tmp_path / "index", vector_store=settings)
+    ingest([docs], tmp_path / "index", vector_store=settings, chunk_size=128, chunk_overlap=16)
+    index = ChunkIndex.load(tmp_path / "index", settings)
+    client = client_for(settings, tmp_path)
+    names = sorted(c.name for c in client.list_collections() if c.name.startswith("rechunked-"))
+    client.close()
+    assert names == ["rechunked-2"] == [index.vectors["collection"]]
+    assert nearest(index, "roasted coffee")[0][0].startswith("Coffee")
+
+
 def test_an_ingest_into_a_foreign_folder_is_still_refused(tmp_path: Path, docs: Path) -> None:
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.tex").write_text("x")

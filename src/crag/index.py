@@ -29,12 +29,12 @@ import numpy as np
 from llama_index.core.node_parser import NodeParser, SentenceSplitter
 from llama_index.core.schema import Document, TextNode
 
-from crag.vector_store import STORE_FOLDER, ChromaStore, client_for
 from crag.config import VectorStoreSettings
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
 from crag.models import WordLlamaEmbedding
 from crag.readers import find_files, read_documents
 from crag.text import TermStats
+from crag.vector_store import STORE_FOLDER, ChromaStore, client_for
 
 FORMAT_VERSION = 1
 
@@ -366,10 +366,10 @@ class IngestReport:
 
 
 ProgressCallback = Callable[[str, int, int], None]
-Summarizer = Callable[[list[Document]], dict[str, str]]
-"""`summarize(documents)`: a summary per document id, for the documents given."""
 """`progress(stage, done, total)`: stage "read" counts files (unchanged ones too), "embed" chunks;
 each stage starts with done=0."""
+Summarizer = Callable[[list[Document]], dict[str, str]]
+"""`summarize(documents)`: a summary per document id, for the documents given."""
 
 
 def ingest(
@@ -416,7 +416,11 @@ def ingest(
         # Chunks cut two ways would not mix: cut every file again, those ingested before too.
         earlier = [Path(k) for k in index.manifest if Path(k).is_file()]
         files = list({f.resolve(): f for f in [*earlier, *files]}.values())
+        live_vectors = index.vectors
         index = ChunkIndex.empty()
+        # The new version still starts from the live store: a server's next generation, not
+        # generation 1 again (which may be the live collection, written under the old index).
+        index.vectors = live_vectors
     if not files:
         raise IngestError(f"No .txt, .md, .html or .jsonl files found in {', '.join(map(str, paths))}.")
 
