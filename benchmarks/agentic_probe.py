@@ -26,7 +26,7 @@ from llama_index.core.node_parser import NodeParser, SentenceSplitter  # noqa: E
 from llama_index.core.schema import Document  # noqa: E402
 
 from crag import ChunkIndex, ingest  # noqa: E402
-from crag.steps.agentic_chunking import AgenticChunker  # noqa: E402
+from crag.ingestion.chunkers.agentic import AgenticChunker  # noqa: E402
 from crag.steps.retrieval import HybridRetriever  # noqa: E402
 
 

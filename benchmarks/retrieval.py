@@ -4,7 +4,7 @@
                                    [--configs all|NAME,...] [--png docs/retrieval.png]
 
 Every configuration is built the way `crag ask` builds it — `Settings` overrides through
-`crag.factory.build_workflow` — and run offline: the workflow's retriever, then its
+`crag.workflows.factory.build_workflow` — and run offline: the workflow's retriever, then its
 postprocessors, give the chunks the grader would see. For each set the corpus is ingested
 three ways (token chunks with document summaries, sentence windows, agentic chunks).
 
@@ -37,9 +37,9 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from crag import ChunkIndex, ingest  # noqa: E402
-from crag.chunking import node_parser_for  # noqa: E402
+from crag.ingestion.chunkers import node_parser_for  # noqa: E402
 from crag.config import GraderSettings, Settings  # noqa: E402
-from crag.factory import build_workflow  # noqa: E402
+from crag.workflows.factory import build_workflow  # noqa: E402
 from crag.steps.grading import LexicalEvaluator  # noqa: E402
 
 TOP = 5
@@ -156,7 +156,7 @@ def evaluate(data: Path, name: str, configs: list[Config]) -> dict[str, Scores]:
             settings = Settings.load(env={}, index={"path": Path(tmp) / kind, **INDEXES[kind]})
             summarize = None
             if settings.index.summaries:
-                from crag.steps.summaries import summarizer_for
+                from crag.ingestion.summaries import summarizer_for
 
                 summarize = summarizer_for(settings)
             parser, chunker = node_parser_for(settings)

@@ -27,7 +27,8 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from crag.index import ChunkIndex, ingest  # noqa: E402
+from crag.index import ChunkIndex
+from crag.ingestion import ingest  # noqa: E402
 from crag.models import WordLlamaEmbedding  # noqa: E402
 from crag.steps.retrieval import HybridRetriever  # noqa: E402
 from crag.text import sentences  # noqa: E402

@@ -3,7 +3,7 @@
 It asks the sample handbook a question it cannot answer, with a stand-in chat model that takes
 50 ms a call (crag.testing.FakeLLM; no network, no keys) as grader, rewriter and synthesizer,
 so the picture shows LLM calls on the steps and the rewrite overlapping grading. It draws the
-run's trace with `crag.render.trace_html` and screenshots the page in headless Chromium with
+run's trace with `crag.app.render.trace_html` and screenshots the page in headless Chromium with
 the network off (Debian: apt-get install chromium).
 """
 
@@ -19,8 +19,8 @@ from PIL import Image, ImageChops  # noqa: E402
 
 import crag  # noqa: E402
 from crag import ChunkIndex, Settings, build_workflow, ingest  # noqa: E402
-from crag.render import trace_html  # noqa: E402
-from crag.render.browser import render  # noqa: E402
+from crag.app.render import trace_html  # noqa: E402
+from crag.app.render.browser import render  # noqa: E402
 from crag.steps.grading import LexicalEvaluator, LLMGrader  # noqa: E402
 from crag.steps.rewriting import LLMRewriter  # noqa: E402
 from crag.steps.synthesis import LLMSynthesizer  # noqa: E402

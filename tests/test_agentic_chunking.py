@@ -12,9 +12,9 @@ from llama_index.core.schema import Document, NodeRelationship
 
 import crag
 from conftest import SAMPLES
-from crag.cli import main
+from crag.app.cli import main
 from crag.errors import ModelReplyError
-from crag.steps.agentic_chunking import (
+from crag.ingestion.chunkers.agentic import (
     AgenticChunker,
     agentic_chunker,
     group_by_centroid,

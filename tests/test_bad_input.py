@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import crag
-from crag.cli import main
+from crag.app.cli import main
 
 DOCS = {
     "battery.md": "# Battery\nThe Zephyr drone battery lasts 42 minutes per charge.\n",

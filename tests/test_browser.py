@@ -13,8 +13,8 @@ from PIL import Image
 
 from conftest import SAMPLES
 from crag import CorrectiveRAGWorkflow, Settings, build_workflow
-from crag.render import graph_html, trace_html
-from crag.render.browser import Rendered, find_chromium, render
+from crag.app.render import graph_html, trace_html
+from crag.app.render.browser import Rendered, find_chromium, render
 from test_render import EVENTS, STEPS, visible_text
 
 pytestmark = pytest.mark.skipif(

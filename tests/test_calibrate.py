@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crag import ConfigError, Settings
-from crag.cli import main
+from crag.app.cli import main
 from crag.evaluation import settings_file
 from crag.evaluation.calibrate import fit_lower, fit_upper
 from crag.evaluation.settings_file import set_table_values

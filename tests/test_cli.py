@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLES, SHARED_DATA
-from crag.cli import main
+from crag.app.cli import main
 from crag.trace import RunTrace
 
 

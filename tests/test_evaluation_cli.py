@@ -9,7 +9,7 @@ import pytest
 from conftest import SHARED_DATA
 
 from crag import Settings
-from crag.cli import main
+from crag.app.cli import main
 from crag.evaluation.runner import EvalOptions, evaluate
 
 DATA = Path(__file__).parent / "data"

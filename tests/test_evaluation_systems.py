@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crag import ChunkIndex, ConfigError, Settings, Verdict, build_workflow
-from crag.cli import main
+from crag.app.cli import main
 from crag.evaluation import systems
 from crag.evaluation.runner import EvalOptions, evaluate
 from crag.evaluation.systems import available_systems, register_system, resolve_systems

@@ -19,7 +19,7 @@ import pytest
 from workflows.errors import WorkflowTimeoutError
 
 import crag
-from crag.cli import main
+from crag.app.cli import main
 from crag.steps.web_search import TavilySearch
 
 from loopback import (

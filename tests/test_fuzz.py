@@ -23,7 +23,7 @@ import crag
 from crag.errors import REDACTED, GradeParseError, IndexNotFoundError, IngestError, redact, register_secret
 from crag.events import Strip
 from crag.index import ChunkIndex
-from crag.readers import read_documents
+from crag.ingestion.readers import read_documents
 from crag.steps.grading import LexicalEvaluator, LLMGrader, parse_grade
 from crag.steps.rewriting import LLMRewriter
 from crag.steps.synthesis import NO_KNOWLEDGE, LLMSynthesizer

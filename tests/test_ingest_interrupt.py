@@ -58,7 +58,7 @@ class Ingest:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         self.started = time.monotonic()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "crag.cli", "ingest", str(corpus), "--index", str(index)],
+            [sys.executable, "-m", "crag.app.cli", "ingest", str(corpus), "--index", str(index)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
         self.lines: list[str] = []

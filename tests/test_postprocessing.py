@@ -12,7 +12,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from conftest import SAMPLES
 from crag import ChunkIndex, ConfigError, Settings, StepError, build_workflow
-from crag.cli import main
+from crag.app.cli import main
 from crag.config import PostprocessSettings
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.steps.grading import LexicalEvaluator

@@ -3,14 +3,34 @@
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 
 import crag
 import crag.errors
 
 
 def test_all_lists_exactly_the_public_names() -> None:
-    public = {name for name in vars(crag) if not name.startswith("_") and not inspect.ismodule(getattr(crag, name))}
+    public = {name for name in dir(crag) if not name.startswith("_") and not inspect.ismodule(getattr(crag, name))}
     assert public == set(crag.__all__)
+
+
+def test_importing_crag_loads_nothing_heavy() -> None:
+    """`import crag` (and so `crag --help`) must not pay for llama-index, models or stores."""
+    code = "import sys, crag; print(sorted(m for m in sys.modules if m.split('.')[0] in HEAVY))"
+    heavy = "{'llama_index', 'workflows', 'numpy', 'pydantic', 'wordllama', 'bm25s', 'chromadb'}"
+    out = subprocess.run([sys.executable, "-c", f"HEAVY = {heavy}; {code}"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_cli_parses_its_arguments_before_importing_anything_heavy() -> None:
+    code = (
+        "import sys\nfrom crag.app.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'llama_index', 'numpy', 'pydantic', 'workflows'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("[]")
 
 
 def test_every_error_class_is_exported_and_derives_from_crag_error() -> None:

@@ -1,4 +1,4 @@
-"""`crag.render`: the offline HTML drawing and the Mermaid text of a workflow's graph, and of one run."""
+"""`crag.app.render`: the offline HTML drawing and the Mermaid text of a workflow's graph, and of one run."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from workflows.representation import get_workflow_representation
 
 from crag import CorrectiveRAGWorkflow
 from crag.errors import TraceError
-from crag.render import graph_html, layout, mermaid, run_path, timeline_svg, trace_html
+from crag.app.render import graph_html, layout, mermaid, run_path, timeline_svg, trace_html
 from crag.trace import RunTrace, StepRecord
 
 STEPS = ["retrieve", "postprocess", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"]

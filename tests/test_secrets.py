@@ -21,7 +21,7 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.llms import ChatMessage
 
 import crag
-from crag.cli import main
+from crag.app.cli import main
 from crag.config import LLMSettings
 from crag.errors import REDACTED
 from crag.models import openai_llm
@@ -194,11 +194,11 @@ def test_an_error_line_from_the_cli_shows_no_key(
         async def retrieve(self, query: str) -> list:
             raise RuntimeError(f"vector store rejected credentials {OPENAI_KEY}")
 
-    import crag.factory
+    import crag.workflows.factory
 
-    real_build = crag.factory.build_workflow
+    real_build = crag.workflows.factory.build_workflow
     monkeypatch.setattr(
-        crag.factory, "build_workflow", lambda settings, **kw: real_build(settings, retriever=KeyQuotingRetriever())
+        crag.workflows.factory, "build_workflow", lambda settings, **kw: real_build(settings, retriever=KeyQuotingRetriever())
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)

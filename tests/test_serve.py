@@ -21,12 +21,12 @@ import uvicorn
 from llama_agents.client import WorkflowClient
 
 from crag import Settings
-from crag.cli import main
+from crag.app.cli import main
 from crag.events import CragResult, StepProgressEvent
 from crag.errors import ConfigError, redact
-from crag.server import build_server
-from crag.server.stores import store_for
-from crag.server.validation import query_problem
+from crag.app.server import build_server
+from crag.app.server.stores import store_for
+from crag.app.server.validation import query_problem
 
 from conftest import SAMPLES
 

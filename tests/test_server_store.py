@@ -11,7 +11,7 @@ from pathlib import Path
 from llama_agents.server import PersistentHandler
 from llama_agents.server._store.abstract_workflow_store import HandlerQuery
 
-from crag.server.stores import SqliteRunStore
+from crag.app.server.stores import SqliteRunStore
 
 
 def _handler(handler_id: str, status: str = "running") -> PersistentHandler:

@@ -12,16 +12,10 @@ from llama_index.core.indices.document_summary.base import DEFAULT_SUMMARY_QUERY
 from llama_index.core.schema import Document
 
 from crag import ChunkIndex, Settings, ingest
-from crag.cli import main
+from crag.app.cli import main
 from crag.errors import ConfigError, IngestError, ModelReplyError
-from crag.steps.summaries import (
-    ExtractiveSummarizer,
-    LLMSummarizer,
-    SummaryRetriever,
-    extractive_summary,
-    parse_choices,
-    summarizer_for,
-)
+from crag.ingestion.summaries import ExtractiveSummarizer, LLMSummarizer, extractive_summary, summarizer_for
+from crag.steps.document_summaries import SummaryRetriever, parse_choices
 from crag.testing import FakeLLM
 
 from loopback import LoopbackServer, Reply, openai_chat
@@ -153,7 +147,7 @@ async def test_a_malformed_llm_choice_falls_back_to_the_embedding_choice(
 ) -> None:
     query = "What video resolution does the camera record?"
     llm = FakeLLM(reply=lambda prompt: "The camera one, probably.")
-    with caplog.at_level(logging.WARNING, logger="crag.steps.summaries"):
+    with caplog.at_level(logging.WARNING, logger="crag.steps.document_summaries"):
         found = await SummaryRetriever(three_docs, documents=1, choice="llm", llm=llm).retrieve(query)
     expected = await SummaryRetriever(three_docs, documents=1).retrieve(query)
     assert [c.node.node_id for c in found] == [c.node.node_id for c in expected]

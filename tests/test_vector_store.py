@@ -19,7 +19,7 @@ from crag import ConfigError, IngestError, ingest
 from crag.config import VectorStoreSettings
 from crag.index import ChunkIndex
 from crag.models import WordLlamaEmbedding
-from crag.vector_store import ChromaStore, client_for
+from crag.index.vectors import ChromaStore, client_for
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_a_failed_write_leaves_the_old_index_and_its_vectors_searchable(
     def crash(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("crag.index._fsync_dir", crash)  # after the vectors, before the swap
+    monkeypatch.setattr("crag.index.store._fsync_dir", crash)  # after the vectors, before the swap
     with pytest.raises(OSError):
         ingest([docs], tmp_path / "index", vector_store=settings)
     monkeypatch.undo()

@@ -80,7 +80,7 @@ async def retrieve_questions(
     dataset: Path, corpus: Path, settings: Settings, *, drop_fraction: float, seed: int
 ) -> tuple[ChunkIndex, list[Retrieval]]:
     """Retrieve the top-k chunks of every question, with the chosen gold passages removed."""
-    from crag.factory import build_workflow
+    from crag.workflows.factory import build_workflow
 
     questions = load_questions(dataset)
     passages = load_corpus(corpus)
@@ -236,7 +236,7 @@ async def acalibrate(
     decimals: int = 3,
 ) -> Calibration:
     """The async body of `calibrate`."""
-    from crag.factory import build_workflow
+    from crag.workflows.factory import build_workflow
 
     if not datasets:
         raise ConfigError("Nothing to calibrate on; pass --dataset FILE --corpus FILE.")

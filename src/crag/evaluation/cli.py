@@ -7,8 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from crag.config import CONFIG_FILE, Settings
-from crag.errors import ConfigError
 
 
 def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -105,7 +103,7 @@ def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: i
         "--write",
         type=Path,
         metavar="TOML",
-        help=f"settings file to update (default: --config, else ./{CONFIG_FILE})",
+        help="settings file to update (default: --config, else ./crag.toml)",
     )
     p.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -113,6 +111,8 @@ def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: i
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from crag.config import Settings
+
     from crag.evaluation.report import charts_available, markdown, write_outputs
     from crag.evaluation.runner import EvalOptions, evaluate
     from crag.evaluation.summary import summarize
@@ -143,6 +143,9 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from crag.config import CONFIG_FILE, Settings
+    from crag.errors import ConfigError
+
     from crag.evaluation.calibrate import calibrate
     from crag.evaluation.settings_file import set_table_values
 

@@ -40,7 +40,8 @@ from crag.evaluation.datasets import (
 from crag.evaluation.metrics import contains_answer
 from crag.evaluation.systems import System, resolve_systems
 from crag.events import Strip
-from crag.index import ChunkIndex, ingest
+from crag.index import ChunkIndex
+from crag.ingestion import ingest
 
 Split = Literal["gold-present", "gold-dropped"]
 

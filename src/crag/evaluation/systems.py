@@ -46,7 +46,7 @@ class System:
 
 
 def _build_crag(settings: Settings, index: ChunkIndex) -> Any:
-    from crag.factory import build_workflow
+    from crag.workflows.factory import build_workflow
 
     return build_workflow(settings, index=index)
 

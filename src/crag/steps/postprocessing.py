@@ -32,7 +32,7 @@ from crag.config import Settings
 from crag.errors import ConfigError, CragError, StepError
 from crag.interfaces import Grader, Postprocessor
 from crag.models import LLMFactory
-from crag.steps.sentence_window import WINDOW_KEY, built_with_windows
+from crag.ingestion.chunkers.sentence_window import WINDOW_KEY, built_with_windows
 from crag.text import sentences, words
 
 

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from crag.errors import SearchError, redact, register_secret, scrub
-from crag.readers import find_files, read_documents
-from crag.steps.bm25 import BM25
+from crag.ingestion.readers import find_files, read_documents
+from crag.index.lexical import BM25
 
 T = TypeVar("T")
 

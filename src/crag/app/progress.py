@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, TextIO
 from workflows import Workflow
 
 from crag.events import CragResult, StepProgressEvent
-from crag.render.overlay import seconds
+from crag.app.render.overlay import seconds
 from crag.trace import StepRecord
 
 if TYPE_CHECKING:
-    from crag.index import ProgressCallback
+    from crag.ingestion import ProgressCallback
 
 StepCallback = Callable[[StepProgressEvent], None]
 STAGES = {"read": "files", "chunk": "documents", "summarize": "documents", "embed": "chunks"}  # ingest's stages and what they count

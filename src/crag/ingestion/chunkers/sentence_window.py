@@ -16,7 +16,7 @@ from crag.text import sentences
 
 WINDOW_KEY = "window"
 ORIGINAL_TEXT_KEY = "original_text"
-CHUNKER_PREFIX = "sentence_window"  # how `crag.chunking` signs an index built by this parser
+CHUNKER_PREFIX = "sentence_window"  # how `crag.ingestion.chunkers` signs an index built by this parser
 
 
 def sentence_window_parser(window_size: int) -> NodeParser:

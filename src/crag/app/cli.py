@@ -1,25 +1,22 @@
-"""The `crag` command: ingest, ask, draw, serve, demo."""
+"""The `crag` command: ingest, ask, draw, serve, demo.
+
+Arguments are parsed before anything heavy is imported, so `crag --help` and a wrong flag
+answer at once; each command imports what it uses.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
 import sys
-import tempfile
 from contextlib import nullcontext
-from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-from workflows.errors import WorkflowTimeoutError
-
-from crag.config import Settings
-from crag.errors import CragError, TraceError, redact
-from crag.events import CragResult
-from crag.trace import RunTrace
+if TYPE_CHECKING:
+    from crag.config import Settings
+    from crag.events import CragResult
+    from crag.trace import RunTrace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # crag never fetches models at run time
     args = _parser().parse_args(argv)
+    from workflows.errors import WorkflowTimeoutError
+
+    from crag.errors import CragError
+
     try:
         return args.func(args)
     except CragError as exc:
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _say(message: str) -> None:
     """`message` as one line on stderr, without API keys."""
+    from crag.errors import redact
+
     print(" ".join(redact(message).split()), file=sys.stderr)
 
 
@@ -119,6 +122,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace, **overrides: dict[str, Any]) -> Settings:
+    from crag.config import Settings
+
     index = {
         "path": getattr(args, "index", None),
         "chunk_size": getattr(args, "chunk_size", None),
@@ -130,9 +135,9 @@ def _settings(args: argparse.Namespace, **overrides: dict[str, Any]) -> Settings
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from crag.chunking import node_parser_for
-    from crag.index import ingest
-    from crag.progress import ingest_progress
+    from crag.ingestion.chunkers import node_parser_for
+    from crag.ingestion import ingest
+    from crag.app.progress import ingest_progress
 
     settings = _settings(args)
     node_parser, chunker = node_parser_for(settings)
@@ -141,7 +146,7 @@ def _ingest(args: argparse.Namespace) -> int:
             node_parser.progress = progress
         summarize = None
         if settings.index.summaries:
-            from crag.steps.summaries import summarizer_for
+            from crag.ingestion.summaries import summarizer_for
 
             summarize = summarizer_for(settings, progress)  # a model's summaries take a while
         report = ingest(
@@ -163,8 +168,11 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from crag.factory import build_workflow
-    from crag.progress import run_with_progress, step_progress
+    import asyncio
+    import json
+
+    from crag.app.progress import run_with_progress, step_progress
+    from crag.workflows.factory import build_workflow
 
     settings = _settings(
         args,
@@ -208,7 +216,7 @@ def _format(result: CragResult) -> str:
 
 
 def _draw(args: argparse.Namespace) -> int:
-    from crag.render import graph_html, mermaid, trace_html
+    from crag.app.render import graph_html, mermaid, trace_html
     from crag.workflows import CorrectiveRAGWorkflow
 
     workflow, trace = CorrectiveRAGWorkflow, _read_trace(args.trace) if args.trace else None
@@ -227,6 +235,8 @@ def _draw(args: argparse.Namespace) -> int:
 
 
 def _write_trace(path: Path, trace: RunTrace) -> None:
+    from crag.errors import TraceError
+
     try:
         path.write_text(trace.model_dump_json(indent=2), encoding="utf-8")
     except OSError as exc:
@@ -235,6 +245,11 @@ def _write_trace(path: Path, trace: RunTrace) -> None:
 
 
 def _read_trace(path: Path) -> RunTrace:
+    from pydantic import ValidationError
+
+    from crag.errors import TraceError
+    from crag.trace import RunTrace
+
     try:
         return RunTrace.model_validate_json(path.read_bytes())
     except FileNotFoundError:
@@ -255,7 +270,7 @@ DEMO_QUESTIONS = (
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from crag.server import serve
+    from crag.app.server import serve
 
     serve(_settings(
         args,
@@ -266,8 +281,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from crag.factory import build_workflow
-    from crag.index import ingest
+    import tempfile
+    from importlib.resources import files
+
+    from crag.config import Settings
+    from crag.ingestion import ingest
+    from crag.workflows.factory import build_workflow
 
     samples = files("crag") / "sample_data"
     with tempfile.TemporaryDirectory() as tmp:

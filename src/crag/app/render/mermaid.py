@@ -7,9 +7,9 @@ import re
 from workflows import Workflow
 from workflows.representation import get_workflow_representation
 
-from crag.render.layout import STYLE, layout, to_node
-from crag.render.overlay import run_path, seconds
-from crag.render.svg import DIM, EDGE, MARK
+from crag.app.render.layout import STYLE, layout, to_node
+from crag.app.render.overlay import run_path, seconds
+from crag.app.render.svg import DIM, EDGE, MARK
 from crag.trace import RunTrace
 
 

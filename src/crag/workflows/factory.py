@@ -98,7 +98,7 @@ def _summary_retriever(
     then needs no summaries in the index)."""
     if components.get("retriever") is not None:
         return None
-    from crag.steps.summaries import summary_retriever_for
+    from crag.steps.document_summaries import summary_retriever_for
 
     return summary_retriever_for(settings, index, embed_model, lambda: llms.llm)
 

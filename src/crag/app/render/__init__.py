@@ -11,10 +11,10 @@ nothing fetched from anywhere.
     mermaid.py  the same, as Mermaid text (mermaid)
 """
 
-from crag.render.layout import Edge, Layout, Node, layout
-from crag.render.mermaid import mermaid
-from crag.render.overlay import run_path, timeline_svg, trace_html
-from crag.render.svg import Highlight, graph_html, svg
+from crag.app.render.layout import Edge, Layout, Node, layout
+from crag.app.render.mermaid import mermaid
+from crag.app.render.overlay import run_path, timeline_svg, trace_html
+from crag.app.render.svg import Highlight, graph_html, svg
 
 __all__ = [
     "Edge",

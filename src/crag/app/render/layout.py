@@ -1,7 +1,7 @@
 """Place a workflow's graph (the engine's own `WorkflowGraph`) top to bottom, in Python.
 
 A layered layout in the Sugiyama style: cycles broken by a DFS from the start event,
-longest-path layers, barycenter ordering and x placement. Drawing is `crag.render.svg`'s job.
+longest-path layers, barycenter ordering and x placement. Drawing is `crag.app.render.svg`'s job.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from workflows import Workflow
 from workflows.representation import WorkflowGraph, get_workflow_representation
 
 from crag.errors import TraceError
-from crag.render.layout import MONO, layout
-from crag.render.svg import MARK, Highlight, about, page, svg, text
+from crag.app.render.layout import MONO, layout
+from crag.app.render.svg import MARK, Highlight, about, page, svg, text
 from crag.trace import RunTrace, StepRecord
 
 VERDICT = {  # verdict: (badge colour, what it meant for the run)

@@ -14,7 +14,7 @@ from inspect import cleandoc
 from workflows import Workflow
 from workflows.representation import get_workflow_representation
 
-from crag.render.layout import FONT, LEGEND_H, MARGIN, MONO, PILLS, STYLE, Layout, layout
+from crag.app.render.layout import FONT, LEGEND_H, MARGIN, MONO, PILLS, STYLE, Layout, layout
 
 SANS = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
 DIM = ("#f8fafc", "#cbd5e1", "#94a3b8")  # fill, stroke, text of what a run did not touch

@@ -5,7 +5,7 @@ Layout of an index folder:
     embeddings.npy    float32, one unit-length row per node, same order
     manifest.json     per source file: size, mtime, hash and the documents it held;
                       the chunker that cut them; where the vectors are searched
-    vectors/          the embedded Chroma store of the embeddings (`crag.vector_store`);
+    vectors/          the embedded Chroma store of the embeddings (`crag.index.vectors`);
                       with a Chroma server, the manifest names the collection instead
     summaries.json    optional: a summary per document id (retriever kind "summary")
 
@@ -17,24 +17,19 @@ written before the vector store existed is searched from it in memory.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from llama_index.core.node_parser import NodeParser, SentenceSplitter
-from llama_index.core.schema import Document, TextNode
+from llama_index.core.schema import TextNode
 
 from crag.config import VectorStoreSettings
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
-from crag.models import WordLlamaEmbedding
-from crag.readers import find_files, read_documents
 from crag.text import TermStats
-from crag.vector_store import STORE_FOLDER, ChromaStore, client_for
+from crag.index.vectors import STORE_FOLDER, ChromaStore, client_for
 
 FORMAT_VERSION = 1
 
@@ -71,7 +66,7 @@ class ChunkIndex:
     @property
     def bm25(self):  # noqa: ANN201 - bm25s has no stubs
         if self._bm25 is None:
-            from crag.steps.bm25 import BM25
+            from crag.index.lexical import BM25
 
             self._bm25 = BM25([n.get_content() for n in self.nodes])
         return self._bm25
@@ -354,162 +349,3 @@ def _recover(path: Path) -> None:
     old = _sibling(path, "old")
     if not path.exists() and old.exists():
         old.rename(path)
-
-
-@dataclass
-class IngestReport:
-    files_read: int = 0
-    files_unchanged: int = 0
-    documents: int = 0
-    chunks_added: int = 0
-    chunks_total: int = 0
-
-
-ProgressCallback = Callable[[str, int, int], None]
-"""`progress(stage, done, total)`: stage "read" counts files (unchanged ones too), "embed" chunks;
-each stage starts with done=0."""
-Summarizer = Callable[[list[Document]], dict[str, str]]
-"""`summarize(documents)`: a summary per document id, for the documents given."""
-
-
-def ingest(
-    paths: list[str | Path],
-    index_dir: str | Path,
-    *,
-    embed_model: WordLlamaEmbedding | None = None,
-    chunk_size: int = 256,
-    chunk_overlap: int = 32,
-    progress: ProgressCallback | None = None,
-    node_parser: NodeParser | None = None,
-    chunker: str | None = None,
-    summarize: Summarizer | None = None,
-    vector_store: VectorStoreSettings | None = None,
-) -> IngestReport:
-    """Add files to the index at `index_dir`, re-reading only files that changed.
-
-    A file whose size, modification time and content hash match the manifest is
-    skipped entirely; a changed file replaces every chunk it produced before.
-
-    `node_parser` cuts documents into chunks (default: a `SentenceSplitter` of
-    `chunk_size` tokens) and `chunker` names it; when the name differs from the one
-    the index was built with, every file is chunked again. `summarize`, when given,
-    writes a summary of each new document into the index. `vector_store` says where the
-    vectors are searched (default: a Chroma store embedded in the index folder).
-    """
-    index_dir = Path(index_dir)
-    if chunk_overlap >= chunk_size:
-        raise ConfigError(
-            f"index.chunk_overlap ({chunk_overlap}) must be smaller than index.chunk_size ({chunk_size})."
-        )
-    try:
-        index = ChunkIndex.load(index_dir, vector_store)
-    except IndexNotFoundError:
-        if (index_dir / "nodes.jsonl").exists() or index_dir.is_file():
-            raise
-        index = ChunkIndex.empty()
-    _check_replaceable(index_dir)  # before the work, not after it
-    if node_parser is None:
-        node_parser = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
-    chunker = chunker or f"sentence:{chunk_size}:{chunk_overlap}"
-    files = find_files([Path(p) for p in paths])
-    if len(index) and index.chunker != chunker:
-        # Chunks cut two ways would not mix: cut every file again, those ingested before too.
-        earlier = [Path(k) for k in index.manifest if Path(k).is_file()]
-        files = list({f.resolve(): f for f in [*earlier, *files]}.values())
-        live_vectors = index.vectors
-        index = ChunkIndex.empty()
-        # The new version still starts from the live store: a server's next generation, not
-        # generation 1 again (which may be the live collection, written under the old index).
-        index.vectors = live_vectors
-    if not files:
-        raise IngestError(f"No .txt, .md, .html or .jsonl files found in {', '.join(map(str, paths))}.")
-
-    report = IngestReport()
-    unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
-    if summarize is not None:
-        unsummarized = {n.metadata.get("file") for n in index.nodes if n.ref_doc_id not in index.summaries}
-    changed: dict[str, dict] = {}
-    documents: list[Document] = []
-    if progress:
-        progress("read", 0, len(files))
-    for number, file in enumerate(files, start=1):
-        key = str(file.resolve())
-        stat = file.stat()
-        entry = None if key in unsummarized else index.manifest.get(key)  # re-read: to summarize it
-        if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
-            report.files_unchanged += 1
-            if progress:
-                progress("read", number, len(files))
-            continue
-        digest = hashlib.sha256(file.read_bytes()).hexdigest()
-        if entry and entry["sha256"] == digest:  # touched, not changed
-            report.files_unchanged += 1
-            if progress:
-                progress("read", number, len(files))
-            continue
-        docs = list(read_documents(file))
-        for doc in docs:
-            doc.metadata["file"] = key
-            # The splitter subtracts the metadata text it would embed from each chunk's
-            # budget; the file's path must not count, or where the corpus lives changes
-            # the chunk boundaries (and every retrieval result after them).
-            doc.excluded_embed_metadata_keys = ["file", "doc_id"]
-            doc.excluded_llm_metadata_keys = ["file", "doc_id"]
-        documents.extend(docs)
-        changed[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
-        report.files_read += 1
-        if progress:
-            progress("read", number, len(files))
-
-    report.documents = len(documents)
-    if not changed:
-        report.chunks_total = len(index)
-        return report
-
-    new_nodes = node_parser.get_nodes_from_documents(documents)
-    for node in new_nodes:
-        node.metadata["doc_id"] = node.ref_doc_id
-        # Extend, not replace: a parser's own hidden keys (a sentence window) stay hidden.
-        node.excluded_embed_metadata_keys = sorted({*node.excluded_embed_metadata_keys, "file", "doc_id"})
-        node.excluded_llm_metadata_keys = sorted({*node.excluded_llm_metadata_keys, "file", "doc_id"})
-    embed_model = embed_model or WordLlamaEmbedding()
-    vectors = _embed(embed_model, [n.get_content() for n in new_nodes], progress)
-
-    keep = [i for i, n in enumerate(index.nodes) if n.metadata.get("file") not in changed]
-    # A document id seen again in a changed file replaces its old chunks, wherever they came from.
-    new_doc_ids = {d.doc_id for d in documents}
-    keep = [i for i in keep if index.nodes[i].ref_doc_id not in new_doc_ids]
-    kept_nodes = [index.nodes[i] for i in keep]
-    # Summaries of unchanged documents stay; those of changed ones are stale.
-    kept_docs = {n.ref_doc_id for n in kept_nodes}
-    summaries = {d: s for d, s in index.summaries.items() if d in kept_docs}
-    if summarize is not None:
-        summaries.update(summarize(documents))
-    merged = ChunkIndex(
-        nodes=kept_nodes + new_nodes,
-        embeddings=np.vstack([index.embeddings[keep], vectors]).astype(np.float32),
-        manifest={**index.manifest, **changed},
-        chunker=chunker,
-        summaries=summaries,
-        store_settings=vector_store or VectorStoreSettings(),
-        vectors=index.vectors,  # the live store, which the new version starts from
-    )
-    if not merged.nodes:
-        names = ", ".join(Path(k).name for k in list(changed)[:3]) + ("..." if len(changed) > 3 else "")
-        raise IngestError(f"No text to index in {names}: the files are empty or only whitespace.")
-    merged.save(index_dir)
-    report.chunks_added = len(new_nodes)
-    report.chunks_total = len(merged)
-    return report
-
-
-def _embed(model: WordLlamaEmbedding, texts: list[str], progress: ProgressCallback | None) -> np.ndarray:
-    batch = 256
-    parts = []
-    if progress:
-        progress("embed", 0, len(texts))
-    for start in range(0, len(texts), batch):
-        parts.append(model.embed_many(texts[start : start + batch]))
-        if progress:
-            progress("embed", min(start + batch, len(texts)), len(texts))
-    return np.vstack(parts) if parts else np.zeros((0, 256), dtype=np.float32)

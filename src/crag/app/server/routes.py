@@ -13,7 +13,7 @@ from workflows import Workflow
 
 from crag.events import CragResult
 from crag.index import ChunkIndex
-from crag.render import trace_html
+from crag.app.render import trace_html
 
 WORKFLOW_NAME = "crag"
 

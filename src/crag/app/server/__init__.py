@@ -25,10 +25,10 @@ from starlette.middleware import Middleware
 from crag.config import Settings
 from crag.errors import register_secret
 from crag.index import ChunkIndex
-from crag.server.auth import ApiKeyMiddleware
-from crag.server.routes import WORKFLOW_NAME, crag_routes
-from crag.server.stores import StoreChoice, store_for
-from crag.server.validation import QueryCheckMiddleware
+from crag.app.server.auth import ApiKeyMiddleware
+from crag.app.server.routes import WORKFLOW_NAME, crag_routes
+from crag.app.server.stores import StoreChoice, store_for
+from crag.app.server.validation import QueryCheckMiddleware
 from crag.workflows import CorrectiveRAGWorkflow
 
 __all__ = ["CragServer", "WORKFLOW_NAME", "build_server", "serve"]
@@ -57,7 +57,7 @@ def build_server(
         crag_server = build_server(Settings.load())
         await crag_server.server.serve(host="127.0.0.1", port=8000)
     """
-    from crag.factory import build_workflow
+    from crag.workflows.factory import build_workflow
 
     index = index if index is not None else ChunkIndex.load(settings.index.path)
     workflow = workflow or build_workflow(settings, index=index)

@@ -14,11 +14,11 @@ def node_parser_for(settings: Settings) -> tuple[NodeParser, str]:
     """
     index = settings.index
     if index.chunker == "sentence_window":
-        from crag.steps.sentence_window import sentence_window_parser
+        from crag.ingestion.chunkers.sentence_window import sentence_window_parser
 
         return sentence_window_parser(index.window_size), f"sentence_window:{index.window_size}"
     if index.chunker == "agentic":
-        from crag.steps.agentic_chunking import agentic_chunker
+        from crag.ingestion.chunkers.agentic import agentic_chunker
 
         return agentic_chunker(settings)
     parser = SentenceSplitter(chunk_size=index.chunk_size, chunk_overlap=index.chunk_overlap)
