@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crag import ChunkIndex, IndexNotFoundError, IngestError, ingest
+from crag import ChunkIndex, IndexNotFoundError, IngestError, Settings, build_workflow, ingest
+from crag.index.store import NodeFile, writer_lock
 from crag.models import WordLlamaEmbedding
 
 
@@ -52,12 +53,12 @@ def test_ingest_reads_every_supported_type(docs: Path, tmp_path: Path) -> None:
 
 def test_reingesting_unchanged_files_does_no_work(docs: Path, tmp_path: Path) -> None:
     ingest([docs], tmp_path / "index")
-    before = (tmp_path / "index" / "nodes.jsonl").stat().st_mtime_ns
+    live = (tmp_path / "index" / "CURRENT").read_text()
     model = CountingEmbedding()
     report = ingest([docs], tmp_path / "index", embed_model=model)
     assert (report.files_read, report.files_unchanged, report.chunks_added) == (0, 4, 0)
     assert model.__dict__.get("count", 0) == 0
-    assert (tmp_path / "index" / "nodes.jsonl").stat().st_mtime_ns == before
+    assert (tmp_path / "index" / "CURRENT").read_text() == live  # no new version written
 
 
 def test_a_changed_file_replaces_only_its_own_chunks(docs: Path, tmp_path: Path) -> None:
@@ -104,16 +105,89 @@ def test_a_crash_while_writing_leaves_the_previous_index_usable(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(np, "save", disk_full)
-    with pytest.raises(OSError):
+    with pytest.raises(IngestError, match=r"disk holding .* is full; free some space .*\(the index is unchanged\)"):
         ingest([docs], tmp_path / "index")
     monkeypatch.undo()
     assert len(ChunkIndex.load(tmp_path / "index")) == before
+    assert not [p for p in (tmp_path / "index").iterdir() if ".tmp-" in p.name]  # nothing half-written left
 
 
-def test_an_interrupted_swap_is_recovered_on_load(docs: Path, tmp_path: Path) -> None:
+def test_an_interrupted_write_is_cleared_by_the_next_ingest(docs: Path, tmp_path: Path) -> None:
     ingest([docs], tmp_path / "index")
-    (tmp_path / "index").rename(tmp_path / ".index.old")  # crashed between the two renames
+    (tmp_path / "index" / ".v9.tmp-deadbeef").mkdir()  # what a kill -9 mid-write leaves
     assert len(ChunkIndex.load(tmp_path / "index")) == 4
+    (docs / "more.txt").write_text("Matcha is powdered green tea.")
+    ingest([docs], tmp_path / "index")
+    assert not (tmp_path / "index" / ".v9.tmp-deadbeef").exists()
+    assert len(ChunkIndex.load(tmp_path / "index")) == 5
+
+
+def test_a_second_writer_fails_at_once_with_a_clear_message(docs: Path, tmp_path: Path) -> None:
+    ingest([docs], tmp_path / "index")
+    with writer_lock(tmp_path / "index"):  # another ingest, mid-write
+        with pytest.raises(IngestError, match="Another crag ingest is writing the index"):
+            ingest([docs], tmp_path / "index")
+    (docs / "more.txt").write_text("Matcha is powdered green tea.")
+    assert ingest([docs], tmp_path / "index").chunks_added == 1  # the lock went with its holder
+
+
+def test_an_incremental_ingest_keeps_the_same_statistics_as_a_full_one(docs: Path, tmp_path: Path) -> None:
+    ingest([docs], tmp_path / "index")
+    (docs / "notes.txt").write_text("Tea reached Europe in the 17th century. Green tea is popular.")
+    (docs / "more.txt").write_text("Matcha is powdered green tea.")
+    ingest([docs], tmp_path / "index")
+    ingest([docs], tmp_path / "fresh")
+    incremental, fresh = ChunkIndex.load(tmp_path / "index"), ChunkIndex.load(tmp_path / "fresh")
+    by_text = {n.get_content(): i for i, n in enumerate(fresh.nodes)}
+    order = [by_text[n.get_content()] for n in incremental.nodes]
+    for query in ("green tea", "Europe century", "oolong oxidised", "unknown words"):
+        np.testing.assert_allclose(incremental.bm25.scores(query), fresh.bm25.scores(query)[order], rtol=1e-5)
+    for term in ("green", "tea", "europ", "matcha", "never-seen"):
+        assert incremental.term_stats.idf(term) == pytest.approx(fresh.term_stats.idf(term))
+
+
+def test_a_question_reads_only_the_chunks_it_retrieves(
+    docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ingest([docs], tmp_path / "index")
+    read: list[int] = []
+    original = NodeFile.__getitem__
+    monkeypatch.setattr(NodeFile, "__iter__", lambda self: pytest.fail("a question iterated over every chunk"))
+    monkeypatch.setattr(NodeFile, "__getitem__", lambda self, p: read.append(p) or original(self, p))
+    workflow = build_workflow(Settings.load(env={}, index={"path": tmp_path / "index"}))
+    workflow.ask("How hot should green tea be steeped?")
+    assert read and len(set(read)) <= 5  # the retrieved chunks, at most top_k
+
+
+def test_an_index_written_by_crag_0_1_says_how_to_upgrade_and_ingest_upgrades_it(
+    docs: Path, tmp_path: Path
+) -> None:
+    index = tmp_path / "index"
+    ingest([docs], tmp_path / "new")
+    new = ChunkIndex.load(tmp_path / "new")
+    index.mkdir()  # the flat layout of format 1
+    with open(index / "nodes.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(n.to_dict()) + "\n" for n in new.nodes)
+    np.save(index / "embeddings.npy", np.asarray(new.embeddings))
+    (index / "manifest.json").write_text(json.dumps({"format": 1, "chunker": new.chunker, "files": new.manifest}))
+    (index / "vectors").mkdir()  # its embedded Chroma store
+    with pytest.raises(IndexNotFoundError, match=r"earlier crag \(index format 1\)\. Upgrade it once with: crag ingest"):
+        ChunkIndex.load(index)
+    model = CountingEmbedding()
+    report = ingest([docs], index, embed_model=model)
+    assert report.files_read == 0 and model.__dict__.get("count", 0) == 0  # nothing read or embedded again
+    upgraded = ChunkIndex.load(index)
+    assert [n.node_id for n in upgraded.nodes] == [n.node_id for n in new.nodes]
+    assert sorted(p.name for p in index.iterdir() if not p.name.startswith(".")) == ["CURRENT", "v1"]
+
+
+def test_an_index_folder_behind_a_symlink_stays_a_symlink(docs: Path, tmp_path: Path) -> None:
+    (tmp_path / "volume").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "volume")
+    ingest([docs], tmp_path / "link")
+    (docs / "more.txt").write_text("Matcha is powdered green tea.")
+    ingest([docs], tmp_path / "link")
+    assert (tmp_path / "link").is_symlink() and len(ChunkIndex.load(tmp_path / "volume")) == 5
 
 
 def test_a_missing_index_says_how_to_build_one(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -33,9 +34,19 @@ STOPWORDS = frozenset(
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 
 
-@lru_cache(maxsize=1)
+class _PerThread(threading.local):
+    stemmer: Stemmer.Stemmer | None = None
+
+
+_local = _PerThread()
+
+
 def _stemmer() -> Stemmer.Stemmer:
-    return Stemmer.Stemmer("english")
+    """This thread's stemmer: a Snowball stemmer keeps state between words, and PyStemmer
+    says an instance must never be used by two threads at once (steps run in a pool)."""
+    if _local.stemmer is None:
+        _local.stemmer = Stemmer.Stemmer("english")
+    return _local.stemmer
 
 
 def words(text: str) -> list[str]:
@@ -61,6 +72,12 @@ def _punkt():  # noqa: ANN202 - nltk has no stubs
     return PunktTokenizer("english")
 
 
+def warm_up() -> None:
+    """Import nltk and read Punkt's tables (about 1.5 s), so that no step pays for it."""
+    _punkt()
+    _stemmer()
+
+
 def sentences(text: str) -> list[str]:
     """Split text into sentences (Punkt, offline), each stripped, none empty."""
     out: list[str] = []
@@ -76,7 +93,7 @@ class TermStats:
     """Document frequencies of a corpus, for IDF weights that do not depend on the query."""
 
     num_docs: int = 0
-    doc_freq: Counter[str] = field(default_factory=Counter)
+    doc_freq: Mapping[str, int] = field(default_factory=Counter)  # a Counter while being built
 
     @classmethod
     def from_texts(cls, texts: Iterable[str]) -> TermStats:
@@ -87,7 +104,7 @@ class TermStats:
 
     def add(self, text: str) -> None:
         self.num_docs += 1
-        self.doc_freq.update(set(terms(text)))
+        self.doc_freq.update(set(terms(text)))  # type: ignore[attr-defined] - built from texts: a Counter
 
     def idf(self, term: str) -> float:
         """Smoothed IDF in (0, ~log N]; a term never seen gets the highest weight."""

@@ -1,44 +1,115 @@
-"""The on-disk index: chunks, their embeddings and lexical statistics, and incremental ingest.
+"""The on-disk index: chunks, their embeddings and lexical statistics, in atomic versions.
 
-Layout of an index folder:
-    nodes.jsonl       one llama-index TextNode per line
-    embeddings.npy    float32, one unit-length row per node, same order
-    manifest.json     per source file: size, mtime, hash and the documents it held;
-                      the chunker that cut them; where the vectors are searched
-    vectors/          the embedded Chroma store of the embeddings (`crag.index.vectors`);
-                      with a Chroma server, the manifest names the collection instead
-    summaries.json    optional: a summary per document id (retriever kind "summary")
+Layout of an index folder (format 2):
+    CURRENT           the name of the live version folder, replaced atomically by each ingest
+    .lock             held by the one ingest writing the folder (`writer_lock`)
+    v7/               one version, never changed once written:
+      manifest.json     format, chunk count, chunker, per source file: size, mtime, hash
+                        and documents; where the vectors are searched
+      nodes.jsonl       one llama-index TextNode per line
+      offsets.npy       int64 byte offset of each line (and the end): a chunk is one read
+      embeddings.npy    float32, one unit-length row per chunk, memory-mapped and searched
+                        exactly (or mirrored to a Chroma server: `crag.index.vectors`)
+      lexical/          each chunk's term ids, document frequencies, BM25 (`crag.index.lexical`)
+      summaries.json    optional: a summary per document id (retriever kind "summary")
 
-Writes are atomic: a new version is written beside the old one and swapped in by
-rename, so a failed or interrupted ingest leaves the previous index usable. embeddings.npy
-stays the record of the vectors: a server collection is filled from it, and an index
-written before the vector store existed is searched from it in memory.
+A question only opens files: the embeddings, BM25 matrix and frequencies are memory-mapped and
+a chunk is parsed when it is retrieved, so opening costs the same at 1k chunks as at 100k.
+An ingest writes a new version beside the live one, inside the folder (so the folder may be a
+mount point or a symlink), then points CURRENT at it; a failed or interrupted ingest leaves
+the previous version live. The version before the live one is kept for readers that opened
+it just before the switch.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import shutil
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from llama_index.core.schema import TextNode
 
 from crag.config import VectorStoreSettings
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
+from crag.index.lexical import BM25, ChunkTerms, LexicalIndex
+from crag.index.vectors import ChromaStore, client_for
 from crag.text import TermStats
-from crag.index.vectors import STORE_FOLDER, ChromaStore, client_for
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+EMBEDDING_DIM = 256
+POINTER = "CURRENT"
+_VERSION = re.compile(r"v(\d+)")
+_OWN = re.compile(r"(CURRENT|\.lock|v\d+|\.v\d+\.tmp-\w+|\.CURRENT\.tmp-\w+)")
+
+
+class OldIndexFormatError(IndexNotFoundError):
+    """The index was written by an earlier crag; `crag ingest` upgrades it."""
+
+
+class NodeFile(Sequence[TextNode]):
+    """The chunks of one version, each parsed from its own line when it is asked for."""
+
+    def __init__(self, folder: Path, rebuild: str) -> None:
+        self._file = folder / "nodes.jsonl"
+        self._offsets = np.load(folder / "offsets.npy", mmap_mode="r")
+        self._rebuild = rebuild
+        self._fd: int | None = None
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, position: int) -> TextNode:  # type: ignore[override]
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]  # type: ignore[return-value]
+        if position < 0:
+            position += len(self)
+        if not 0 <= position < len(self):
+            raise IndexError(position)
+        if self._fd is None:
+            self._fd = os.open(self._file, os.O_RDONLY)
+        start, end = int(self._offsets[position]), int(self._offsets[position + 1])
+        return self._parse(os.pread(self._fd, end - start, start), position)
+
+    def __iter__(self) -> Iterator[TextNode]:
+        with open(self._file, "rb") as f:
+            for position in range(len(self)):
+                yield self._parse(f.readline(), position)
+
+    def _parse(self, line: bytes, position: int) -> TextNode:
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise ValueError
+            return TextNode.from_dict(record)
+        except (ValueError, TypeError, KeyError, AttributeError):  # also UnicodeDecodeError
+            raise IndexNotFoundError(
+                f"The index file {self._file} is damaged at chunk {position + 1}; {self._rebuild}"
+            ) from None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 @dataclass
 class ChunkIndex:
-    """Chunks with their embeddings; BM25 and IDF statistics are derived on load."""
+    """Chunks with their embeddings and lexical statistics.
 
-    nodes: list[TextNode]
+    Loaded from a folder (`load`), everything is read on demand; built in memory (a list of
+    nodes and an array), BM25 and the statistics are computed from the texts when first used.
+    """
+
+    nodes: Sequence[TextNode]
     embeddings: np.ndarray
     manifest: dict[str, dict] = field(default_factory=dict)
     chunker: str = ""  # the node parser's signature; a different one re-chunks every file
@@ -47,11 +118,14 @@ class ChunkIndex:
     vectors: dict = field(default_factory=dict)  # the manifest's record of the vector store
 
     def __post_init__(self) -> None:
+        self.path: Path | None = None  # the index folder
+        self.version: Path | None = None  # the version folder this was loaded from
+        self._lexical: LexicalIndex | None = None
+        self._terms: ChunkTerms | None = None
         self._stats: TermStats | None = None
-        self._bm25 = None
+        self._bm25: BM25 | None = None
         self._store: ChromaStore | None = None
         self._positions: dict[str, int] | None = None
-        self.path: Path | None = None
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -60,127 +134,300 @@ class ChunkIndex:
     def term_stats(self) -> TermStats:
         """IDF statistics of the chunks, shared by the grader, refiner and rewriter."""
         if self._stats is None:
-            self._stats = TermStats.from_texts(n.get_content() for n in self.nodes)
+            self._stats = self._lexical.stats if self._lexical else self.chunk_terms().stats()
         return self._stats
 
     @property
-    def bm25(self):  # noqa: ANN201 - bm25s has no stubs
+    def bm25(self) -> BM25:
         if self._bm25 is None:
-            from crag.index.lexical import BM25
-
-            self._bm25 = BM25([n.get_content() for n in self.nodes])
+            self._bm25 = self._lexical.bm25 if self._lexical else self.chunk_terms().bm25()
         return self._bm25
+
+    def chunk_terms(self) -> ChunkTerms:
+        """Each chunk's term ids: read from the version, or analyzed from the texts in memory."""
+        if self._terms is None:
+            if self.version is not None:
+                self._terms = ChunkTerms.load(self.version / "lexical")
+            else:
+                self._terms = ChunkTerms.from_texts(n.get_content() for n in self.nodes)
+        return self._terms
+
+    def warm_up(self) -> None:
+        """Open and page in what a question reads, so the first question pays for none of it."""
+        self.term_stats, self.bm25  # noqa: B018 - loaded by the properties
+        if len(self.nodes):
+            self.vector_search(np.zeros(EMBEDDING_DIM, np.float32), 1)
+            self.nodes[0]
 
     def vector_search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         """Positions of the `k` chunks nearest `vector` (inner product), best first.
 
-        Searched in the vector store the index was written with; an index that has none
-        (written in memory, or before the store existed) is searched exactly in memory.
+        Exact, over the (memory-mapped) embeddings; an index whose vectors live on a Chroma
+        server is searched there.
         """
         if not len(self.nodes) or k <= 0:
             return []
-        if not self.vectors or self.path is None:
-            sims = self.embeddings @ vector
-            depth = min(k, len(sims))
-            best = np.argpartition(-sims, depth - 1)[:depth]
-            return [(int(i), float(sims[i])) for i in best[np.argsort(-sims[best], kind="stable")]]
+        if self.vectors.get("kind") == "server" and self.path is not None:
+            return self._server_search(vector, k)
+        sims = self.embeddings @ np.asarray(vector, np.float32)
+        depth = min(k, len(sims))
+        best = np.argpartition(-sims, depth - 1)[:depth]
+        return [(int(i), float(sims[i])) for i in best[np.argsort(-sims[best], kind="stable")]]
+
+    def _server_search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         if self._store is None:
-            self._store = _open_store(self.path, self.vectors, self.store_settings)
+            self._store = _open_server_store(self.path, self.vectors, self.store_settings)
             self._positions = {n.node_id: i for i, n in enumerate(self.nodes)}
         hits = self._store.query(vector, min(k, len(self.nodes)))  # the store holds every chunk
         # A chunk id the index does not hold cannot come back, but would be a KeyError if it did.
         return [(self._positions[i], s) for i, s in hits if i in self._positions]
 
     def close(self) -> None:
-        """Release the vector store (an embedded one's files); searching opens it again."""
+        """Release open files and a server connection; using the index opens them again."""
+        if isinstance(self.nodes, NodeFile):
+            self.nodes.close()
         if self._store is not None:
             self._store.close()
             self._store = None
 
     @classmethod
     def empty(cls) -> ChunkIndex:
-        return cls(nodes=[], embeddings=np.zeros((0, 256), dtype=np.float32))
+        return cls(nodes=[], embeddings=np.zeros((0, EMBEDDING_DIM), dtype=np.float32))
 
     @classmethod
     def load(cls, path: str | Path, store_settings: VectorStoreSettings | None = None) -> ChunkIndex:
-        """The index at `path`; `store_settings` reach a server store (its uri and token)."""
+        """The live version of the index at `path`; `store_settings` reach a server store.
+
+        Reads no chunk: only the manifest, and maps the arrays. Writes nothing, so a
+        read-only index folder serves questions.
+        """
         path = Path(path)
-        _recover(path)
         if path.exists() and not path.is_dir():
             raise IndexNotFoundError(f"{path} is a file, not a crag index folder; pass the folder with --index.")
-        if not (path / "nodes.jsonl").exists():
-            raise IndexNotFoundError(
-                f"No crag index at {path}. Build one first: crag ingest YOUR_DOCS --index {path}"
-            )
         rebuild = f"remove the folder and build it again: crag ingest YOUR_DOCS --index {path}"
+        version = _live_version(path, rebuild)
         try:
-            nodes = _read_nodes(path / "nodes.jsonl")
-            embeddings = _read_embeddings(path / "embeddings.npy")
-            manifest, chunker, vectors = _read_manifest(path / "manifest.json")
-            summaries = _read_summaries(path / "summaries.json")
-        except ValueError as exc:
-            raise IndexNotFoundError(f"The index at {path} is unreadable ({exc}); {rebuild}") from None
-        problem = _embedding_problem(embeddings, len(nodes))
+            manifest = _read_manifest(version / "manifest.json")
+            embeddings = _read_embeddings(version / "embeddings.npy")
+            nodes = NodeFile(version, rebuild)
+            summaries = _read_summaries(version / "summaries.json")
+            lexical_count = len(np.load(version / "lexical" / "terms.indptr.npy", mmap_mode="r")) - 1
+        except (ValueError, OSError, EOFError) as exc:
+            raise IndexNotFoundError(f"The index at {path} is unreadable ({_reason(exc)}); {rebuild}") from None
+        problem = _consistency_problem(version, manifest, embeddings, len(nodes), lexical_count)
         if problem:
             raise IndexNotFoundError(f"The index at {path} is inconsistent ({problem}); {rebuild}")
         index = cls(
             nodes=nodes,
-            embeddings=embeddings.astype(np.float32, copy=False),
-            manifest=manifest,
-            chunker=chunker,
+            embeddings=embeddings,
+            manifest=manifest["files"],
+            chunker=str(manifest.get("chunker", "")),
             summaries=summaries,
             store_settings=store_settings or VectorStoreSettings(),
-            vectors=vectors,
+            vectors=manifest.get("vectors") or {},
         )
-        index.path = path
+        index.path, index.version = path, version
+        index._lexical = LexicalIndex(version / "lexical")
         return index
 
-    def save(self, path: str | Path) -> None:
-        """Write atomically: into a sibling folder, then swap it in by rename.
+    def save(self, path: str | Path, terms: ChunkTerms | None = None) -> None:
+        """Write a new version of the index at `path` and make it the live one.
 
-        Refuses to replace anything that is not a crag index (a file, or a folder of
-        other things), since the old version is deleted once the new one is in place.
+        `terms` are the chunks' term ids when the caller has them (an incremental ingest);
+        otherwise the texts are analyzed. The caller holds `writer_lock(path)`.
         """
         path = Path(path)
-        _check_replaceable(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp, old = _sibling(path, "tmp"), _sibling(path, "old")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        with open(tmp / "nodes.jsonl", "w", encoding="utf-8") as f:
-            for node in self.nodes:
-                f.write(json.dumps(node.to_dict(), ensure_ascii=False) + "\n")
-        with open(tmp / "embeddings.npy", "wb") as f:
-            np.save(f, self.embeddings)
-        vectors = _write_vectors(self, tmp, path)
-        manifest = {"format": FORMAT_VERSION, "chunker": self.chunker, "files": self.manifest, "vectors": vectors}
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        written = ["nodes.jsonl", "embeddings.npy", "manifest.json"]
-        if self.summaries:
-            (tmp / "summaries.json").write_text(json.dumps(self.summaries, ensure_ascii=False), encoding="utf-8")
-            written.append("summaries.json")
-        for name in written:
-            with open(tmp / name, "rb") as f:
-                os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        shutil.rmtree(old, ignore_errors=True)
-        if path.exists():
-            path.rename(old)
-        tmp.rename(path)
-        _fsync_dir(path.parent)  # the renames themselves survive a power cut
-        shutil.rmtree(old, ignore_errors=True)
-        if self.vectors.get("kind") == "server" and self.vectors.get("collection") != vectors["collection"]:
-            _drop_collection(self.store_settings, path, self.vectors["collection"])
+        check_index_folder(path)
+        path.mkdir(parents=True, exist_ok=True)
+        number = 1 + max((int(m.group(1)) for p in path.iterdir() if (m := _VERSION.fullmatch(p.name))), default=0)
+        tmp = path / f".v{number}.tmp-{uuid.uuid4().hex[:12]}"
+        try:
+            tmp.mkdir()
+            _write_nodes(self.nodes, tmp)
+            with open(tmp / "embeddings.npy", "wb") as f:
+                np.save(f, np.asarray(self.embeddings, dtype=np.float32))
+            (terms or self.chunk_terms()).save(tmp / "lexical")
+            vectors = _write_server_vectors(self, path) if self.store_settings.kind == "server" else {"kind": "embedded"}
+            manifest = {"format": FORMAT_VERSION, "chunks": len(self.nodes), "chunker": self.chunker,
+                        "files": self.manifest, "vectors": vectors}
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+            if self.summaries:
+                (tmp / "summaries.json").write_text(json.dumps(self.summaries, ensure_ascii=False), encoding="utf-8")
+            _fsync_tree(tmp)
+            tmp.rename(path / f"v{number}")
+            _point_to(path, f"v{number}")
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise IngestError(_write_failure(path, exc)) from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _remove_stale(path, keep={f"v{number}", f"v{number - 1}"}, settings=self.store_settings)
         self.close()
-        self.vectors, self.path, self._positions = vectors, path, None
+        self.vectors, self.path, self.version = vectors, path, path / f"v{number}"
 
 
-EMBEDDING_DIM = 256
-INDEX_FILES = ("nodes.jsonl", "embeddings.npy", "manifest.json", "summaries.json", STORE_FOLDER)
+def check_index_folder(path: Path) -> None:
+    """Refuse to write into a file, or into a folder of other things that is not a crag index."""
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise IngestError(f"{path} is a file, not an index folder; choose another --index.")
+    strangers = [p.name for p in path.iterdir() if not _OWN.fullmatch(p.name) and p.name not in _FORMAT1_FILES]
+    if strangers and not (path / POINTER).exists() and not (path / "nodes.jsonl").exists():
+        raise IngestError(
+            f"{path} is a folder of other things ({', '.join(sorted(strangers)[:3])}...), not a crag index; "
+            "choose an empty or new --index folder."
+        )
 
 
-def _open_store(path: Path, vectors: dict, settings: VectorStoreSettings) -> ChromaStore:
-    if vectors.get("kind") == "server" and settings.kind != "server":
+@contextmanager
+def writer_lock(path: Path) -> Iterator[None]:
+    """Hold the index's write lock: one ingest at a time writes a folder; a second one fails."""
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise IngestError(
+                f"Another crag ingest is writing the index at {path}; run this again when it has finished."
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def load_format1(path: Path) -> ChunkIndex:
+    """An index written by crag 0.1 (flat files, format 1), read whole into memory to upgrade it."""
+    rebuild = f"remove the folder and build it again: crag ingest YOUR_DOCS --index {path}"
+    try:
+        nodes = [TextNode.from_dict(json.loads(line)) for line in
+                 (path / "nodes.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+        embeddings = _read_embeddings(path / "embeddings.npy")
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+        summaries = _read_summaries(path / "summaries.json")
+    except (ValueError, OSError, TypeError, KeyError, AttributeError) as exc:
+        raise IndexNotFoundError(f"The index at {path} is unreadable ({_reason(exc)}); {rebuild}") from None
+    if embeddings.shape != (len(nodes), EMBEDDING_DIM):
+        raise IndexNotFoundError(f"The index at {path} is inconsistent; {rebuild}")
+    index = ChunkIndex(nodes=nodes, embeddings=np.asarray(embeddings, np.float32),
+                       manifest=manifest.get("files", {}), chunker=str(manifest.get("chunker", "")),
+                       summaries=summaries)
+    vectors = manifest.get("vectors") or {}
+    if vectors.get("kind") == "server":  # its server generation goes on from there
+        index.vectors = vectors
+    return index
+
+
+_FORMAT1_FILES = ("nodes.jsonl", "embeddings.npy", "manifest.json", "summaries.json", "vectors")
+
+
+def _live_version(path: Path, rebuild: str) -> Path:
+    pointer = path / POINTER
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        if (path / "nodes.jsonl").exists():
+            raise OldIndexFormatError(
+                f"The index at {path} was written by an earlier crag (index format 1). Upgrade it once "
+                f"with: crag ingest YOUR_DOCS --index {path} (unchanged files are not read or embedded again)."
+            ) from None
+        raise IndexNotFoundError(
+            f"No crag index at {path}. Build one first: crag ingest YOUR_DOCS --index {path}"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise IndexNotFoundError(f"The index at {path} is unreadable ({_reason(exc)}); {rebuild}") from None
+    if not _VERSION.fullmatch(name) or not (path / name).is_dir():
+        raise IndexNotFoundError(f"The index at {path} is damaged ({POINTER} names no version); {rebuild}")
+    return path / name
+
+
+def _read_manifest(file: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError:  # also UnicodeDecodeError
+        raise ValueError("manifest.json is not valid JSON") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise ValueError("manifest.json is not crag's manifest")
+    if manifest.get("format") != FORMAT_VERSION:
+        raise ValueError(f"manifest.json has index format {manifest.get('format')!r}; this crag reads {FORMAT_VERSION}")
+    vectors = manifest.get("vectors") or {}
+    if not isinstance(vectors, dict) or (vectors.get("kind") == "server" and not isinstance(vectors.get("collection"), str)):
+        raise ValueError("manifest.json's vector store record is damaged")
+    return manifest
+
+
+def _read_embeddings(file: Path) -> np.ndarray:
+    try:
+        return np.load(file, mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        raise ValueError("embeddings.npy is missing") from None
+    except OSError:
+        raise
+    except Exception:  # noqa: BLE001 - a damaged header raises ValueError, EOFError, TokenError, SyntaxError...
+        raise ValueError("embeddings.npy is not a NumPy array file") from None
+
+
+def _read_summaries(file: Path) -> dict[str, str]:
+    if not file.exists():
+        return {}
+    try:
+        summaries = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError:
+        raise ValueError("summaries.json is not valid JSON") from None
+    if not isinstance(summaries, dict) or not all(isinstance(v, str) for v in summaries.values()):
+        raise ValueError("summaries.json is not crag's summaries")
+    return summaries
+
+
+def _consistency_problem(version: Path, manifest: dict, embeddings: np.ndarray, nodes: int, lexical: int) -> str | None:
+    """What disagrees among the manifest, chunks, embeddings and lexical statistics, if anything."""
+    if embeddings.ndim != 2 or embeddings.shape[1:] != (EMBEDDING_DIM,) or embeddings.dtype != np.float32:
+        return f"embeddings are {embeddings.dtype} {embeddings.shape}, expected float32 (chunks, {EMBEDDING_DIM})"
+    counts = {"manifest": manifest.get("chunks"), "chunks": nodes, "embeddings": embeddings.shape[0], "lexical": lexical}
+    if len(set(counts.values())) > 1:
+        return ", ".join(f"{k} {v}" for k, v in counts.items())
+    offsets = np.load(version / "offsets.npy", mmap_mode="r")
+    if nodes and (version / "nodes.jsonl").stat().st_size != int(offsets[-1]):
+        return "nodes.jsonl is not the length its offsets say"
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+def _write_nodes(nodes: Sequence[TextNode], folder: Path) -> None:
+    offsets = np.zeros(len(nodes) + 1, dtype=np.int64)
+    with open(folder / "nodes.jsonl", "wb") as f:
+        for position, node in enumerate(nodes):
+            line = (json.dumps(node.to_dict(), ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+            f.write(line)
+            offsets[position + 1] = offsets[position] + len(line)
+    np.save(folder / "offsets.npy", offsets)
+
+
+def _write_server_vectors(index: ChunkIndex, path: Path) -> dict:
+    """Every vector into a new server collection; the old one stays live until the switch."""
+    settings = index.store_settings
+    generation = int(index.vectors.get("generation", 0)) + 1
+    name = f"{settings.collection}-{generation}"
+    store = ChromaStore(client_for(settings, path), name, create=True)
+    try:
+        ids = [n.node_id for n in index.nodes]
+        stored = store.ids()
+        store.delete([i for i in stored if i not in set(ids)])  # left by an interrupted ingest
+        missing = [p for p, i in enumerate(ids) if i not in stored]
+        store.add([ids[p] for p in missing], [index.nodes[p].ref_doc_id or "" for p in missing],
+                  np.asarray(index.embeddings[missing], np.float32))
+    finally:
+        store.close()
+    return {"kind": "server", "collection": name, "count": len(ids), "generation": generation}
+
+
+def _open_server_store(path: Path, vectors: dict, settings: VectorStoreSettings) -> ChromaStore:
+    if settings.kind != "server":
         raise ConfigError(
             f"The index at {path} keeps its vectors on a Chroma server (collection "
             f"{vectors.get('collection')!r}); set [vector_store] kind = \"server\" and its uri."
@@ -191,146 +438,68 @@ def _open_store(path: Path, vectors: dict, settings: VectorStoreSettings) -> Chr
         raise
     except Exception as exc:  # noqa: BLE001 - chromadb raises NotFoundError, ValueError, OSError...
         raise IndexNotFoundError(
-            f"The vector store of the index at {path} is unreadable ({exc}); "
-            f"remove the folder and build it again: crag ingest YOUR_DOCS --index {path}"
+            f"The Chroma collection of the index at {path} is unreadable ({exc}); "
+            f"build it again: crag ingest YOUR_DOCS --index {path}"
         ) from None
 
 
-def _write_vectors(index: ChunkIndex, tmp: Path, path: Path) -> dict:
-    """Put the index's vectors where its settings say; the manifest's record of them.
+def _point_to(path: Path, name: str) -> None:
+    tmp = path / f".{POINTER}.tmp-{uuid.uuid4().hex[:12]}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path / POINTER)
+    _fsync_dir(path)
 
-    Embedded: the live store is copied into the new version and brought up to date there
-    (removed chunks deleted, new ones added), so ingest cost follows the change, not the
-    index. Server: a new collection holds every vector; the old one stays live until the swap.
-    """
-    settings = index.store_settings
-    ids = [n.node_id for n in index.nodes]
-    if settings.kind == "embedded":
-        name = "chunks"
-        if index.vectors.get("kind") == "embedded" and (path / STORE_FOLDER).is_dir():
-            shutil.copytree(path / STORE_FOLDER, tmp / STORE_FOLDER)
-    else:
-        generation = int(index.vectors.get("generation", 0)) + 1
-        name = f"{settings.collection}-{generation}"
-    store = ChromaStore(client_for(settings, tmp), name, create=True)
+
+def _remove_stale(path: Path, keep: set[str], settings: VectorStoreSettings) -> None:
+    """Older versions, interrupted writes and a format-1 index's files (under the write lock)."""
+    for entry in path.iterdir():
+        stale_version = _VERSION.fullmatch(entry.name) and entry.name not in keep
+        if stale_version and settings.kind == "server":
+            _drop_collection(settings, path, entry / "manifest.json")
+        if stale_version or ".tmp-" in entry.name:
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        elif entry.name in _FORMAT1_FILES:
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+
+
+def _drop_collection(settings: VectorStoreSettings, path: Path, manifest: Path) -> None:
     try:
-        stored = store.ids()
-        wanted = set(ids)
-        store.delete([i for i in stored if i not in wanted])
-        missing = [p for p, i in enumerate(ids) if i not in stored]
-        store.add([ids[p] for p in missing], [index.nodes[p].ref_doc_id or "" for p in missing],
-                  index.embeddings[missing])
-    finally:
-        store.close()
-    record = {"kind": settings.kind, "collection": name, "count": len(ids)}
-    if settings.kind == "server":
-        record["generation"] = generation
-    return record
-
-
-def _drop_collection(settings: VectorStoreSettings, path: Path, name: str) -> None:
-    client = client_for(settings, path)
+        name = json.loads(manifest.read_text(encoding="utf-8"))["vectors"]["collection"]
+        client = client_for(settings, path)
+    except Exception:  # noqa: BLE001 - no record, or no server: nothing to clean up
+        return
     try:
         client.delete_collection(name)
-    except Exception:  # noqa: BLE001 - already gone: nothing to clean up
+    except Exception:  # noqa: BLE001 - already gone
         pass
-    finally:
-        client.close()
 
 
-def _read_nodes(file: Path) -> list[TextNode]:
-    """The chunks in nodes.jsonl; ValueError naming the file and line when it is damaged."""
-    nodes = []
-    try:
-        with open(file, encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    raise ValueError(f"nodes.jsonl line {number} is not valid JSON; the file may be cut short") from None
-                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                    raise ValueError(f"nodes.jsonl line {number} is not a chunk")
-                try:
-                    nodes.append(TextNode.from_dict(record))
-                except (ValueError, TypeError, KeyError, AttributeError):
-                    raise ValueError(f"nodes.jsonl line {number} is not a chunk") from None
-    except UnicodeDecodeError:
-        raise ValueError("nodes.jsonl is not UTF-8 text") from None
-    except OSError as exc:
-        raise ValueError(f"nodes.jsonl: {exc.strerror or exc}") from None
-    return nodes
+def _write_failure(path: Path, exc: OSError) -> str:
+    import errno
+
+    if exc.errno == errno.ENOSPC:
+        return f"The disk holding {path} is full; free some space and run the ingest again (the index is unchanged)."
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"Cannot write the index at {path} ({exc.strerror}); choose a writable --index (the index is unchanged)."
+    return f"Cannot write the index at {path} ({exc.strerror or exc}); the index is unchanged."
 
 
-def _read_embeddings(file: Path) -> np.ndarray:
-    try:
-        return np.load(file, allow_pickle=False)
-    except FileNotFoundError:
-        raise ValueError("embeddings.npy is missing") from None
-    except OSError as exc:
-        raise ValueError(f"embeddings.npy: {exc.strerror or exc}") from None
-    except Exception:  # noqa: BLE001 - a damaged header raises ValueError, EOFError, TokenError, SyntaxError...
-        raise ValueError("embeddings.npy is not a NumPy array file") from None
-
-
-def _read_manifest(file: Path) -> tuple[dict[str, dict], str, dict]:
-    try:
-        manifest = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError("manifest.json is missing") from None
-    except OSError as exc:
-        raise ValueError(f"manifest.json: {exc.strerror or exc}") from None
-    except ValueError:  # also UnicodeDecodeError
-        raise ValueError("manifest.json is not valid JSON") from None
-    files = manifest.get("files", {}) if isinstance(manifest, dict) else None
-    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
-        raise ValueError("manifest.json is not crag's manifest")
-    vectors = manifest.get("vectors") or {}
-    if not isinstance(vectors, dict) or (vectors and not isinstance(vectors.get("collection"), str)):
-        raise ValueError("manifest.json's vector store record is damaged")
-    return files, str(manifest.get("chunker", "")), vectors
-
-
-def _read_summaries(file: Path) -> dict[str, str]:
-    if not file.exists():
-        return {}
-    try:
-        summaries = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise ValueError("summaries.json is not valid JSON") from None
-    if not isinstance(summaries, dict) or not all(isinstance(v, str) for v in summaries.values()):
-        raise ValueError("summaries.json is not crag's summaries")
-    return summaries
-
-
-def _embedding_problem(embeddings: np.ndarray, count: int) -> str | None:
-    if embeddings.ndim != 2 or embeddings.shape[1:] != (EMBEDDING_DIM,):
-        return f"embeddings have shape {embeddings.shape}, expected (chunks, {EMBEDDING_DIM})"
-    if not np.issubdtype(embeddings.dtype, np.number):
-        return f"embeddings are {embeddings.dtype}, not numbers"
-    if embeddings.shape[0] != count:
-        return f"{count} chunks but {embeddings.shape[0]} embeddings"
-    return None
-
-
-def _check_replaceable(path: Path) -> None:
-    if not path.exists():
-        return
-    if not path.is_dir():
-        raise IngestError(f"{path} is a file, not an index folder; choose another --index.")
-    strangers = [p.name for p in path.iterdir() if p.name not in INDEX_FILES]
-    if strangers and not (path / "nodes.jsonl").exists():
-        raise IngestError(
-            f"{path} is a folder of other things ({', '.join(sorted(strangers)[:3])}...), not a crag index; "
-            "crag replaces its index folder when it writes, so choose an empty or new --index folder."
-        )
+def _fsync_tree(folder: Path) -> None:
+    for file in folder.rglob("*"):
+        if file.is_file():
+            with open(file, "rb") as f:
+                os.fsync(f.fileno())
+    for sub in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+        _fsync_dir(sub)
 
 
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
-    except OSError:  # not possible on every platform (Windows)
+    except OSError:  # not possible on every platform
         return
     try:
         os.fsync(fd)
@@ -338,14 +507,3 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def _sibling(path: Path, tag: str) -> Path:
-    return path.with_name(f".{path.name}.{tag}")
-
-
-def _recover(path: Path) -> None:
-    """Finish a swap that was interrupted between its two renames."""
-    old = _sibling(path, "old")
-    if not path.exists() and old.exists():
-        old.rename(path)

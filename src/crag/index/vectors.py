@@ -1,11 +1,11 @@
-"""Where chunk vectors are searched: Chroma, embedded in the index folder or a server by URI.
+"""Chunk vectors on a Chroma server, for indexes shared by several machines.
 
-`[vector_store] kind = "embedded"` keeps a Chroma store in `<index>/vectors/`; it is copied
-into the new index version on every ingest and changed there, so the folder swap that makes
-ingest atomic covers the vectors too. `kind = "server"` talks to a Chroma server at `uri` with
-the same collection API; each ingest writes a new collection (`<collection>-<generation>`),
-the index's manifest names the live one, and the previous one is dropped after the swap, so
-an interrupted ingest leaves the old collection, and the old index, in use.
+By default an index searches its own embeddings exactly (`crag.index.store`): at 100k chunks a
+query takes a few milliseconds and needs no server. `[vector_store] kind = "server"` mirrors
+the vectors to a Chroma server at `uri` (install `crag[chroma]`, the thin HTTP client): each
+ingest writes a new collection (`<collection>-<generation>`), the version's manifest names it,
+and collections of removed versions are dropped, so an interrupted ingest leaves the old
+collection, and the old index, in use.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from crag.errors import ConfigError, IndexNotFoundError
 if TYPE_CHECKING:
     from crag.config import VectorStoreSettings
 
-STORE_FOLDER = "vectors"
 _ADD_BATCH = 5000  # Chroma's own limit on one add is a little above this
 # HNSW search depth: Chroma's default (10) misses a third of the exact top 5 on 256-d vectors.
 _HNSW = {"space": "ip", "ef_construction": 100, "ef_search": 200, "max_neighbors": 16}
@@ -97,13 +96,17 @@ class ChromaStore:
 
 
 def client_for(settings: VectorStoreSettings, index_dir: Path) -> Any:
-    """An embedded client on `<index_dir>/vectors`, or an HTTP client on `settings.uri`."""
-    import chromadb
-    from chromadb.config import Settings as ChromaSettings
+    """An HTTP client on `settings.uri` (`index_dir` names the index in errors)."""
+    try:
+        import chromadb
+        from chromadb.config import Settings as ChromaSettings
+    except ImportError:
+        raise ConfigError(
+            f"The index at {index_dir} uses a Chroma server ([vector_store] kind = \"server\"); "
+            "install its client: pip install 'crag[chroma]'."
+        ) from None
 
     chroma = ChromaSettings(anonymized_telemetry=False)
-    if settings.kind == "embedded":
-        return chromadb.PersistentClient(path=str(index_dir / STORE_FOLDER), settings=chroma)
     if not settings.uri:
         raise ConfigError("vector_store.kind is 'server' but vector_store.uri is not set (e.g. http://host:8000).")
     url = urlparse(settings.uri)

@@ -13,7 +13,7 @@ from llama_index.core.schema import Document
 
 from crag.config import VectorStoreSettings
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
-from crag.index.store import ChunkIndex, _check_replaceable
+from crag.index.store import POINTER, ChunkIndex, OldIndexFormatError, check_index_folder, load_format1, writer_lock
 from crag.ingestion.readers import find_files, read_documents
 from crag.models import WordLlamaEmbedding
 
@@ -56,20 +56,51 @@ def ingest(
     `chunk_size` tokens) and `chunker` names it; when the name differs from the one
     the index was built with, every file is chunked again. `summarize`, when given,
     writes a summary of each new document into the index. `vector_store` says where the
-    vectors are searched (default: a Chroma store embedded in the index folder).
+    vectors are searched (default: exactly, over the index's own embeddings).
+
+    One ingest at a time writes an index folder: a second one fails at once (`IngestError`).
+    An index written by an earlier crag (format 1) is upgraded, even when no file changed.
     """
     index_dir = Path(index_dir)
     if chunk_overlap >= chunk_size:
         raise ConfigError(
             f"index.chunk_overlap ({chunk_overlap}) must be smaller than index.chunk_size ({chunk_size})."
         )
+    check_index_folder(index_dir)  # before the work, not after it
+    created = not index_dir.exists()
+    try:
+        with writer_lock(index_dir):
+            return _ingest(paths, index_dir, embed_model=embed_model, chunk_size=chunk_size,
+                           chunk_overlap=chunk_overlap, progress=progress, node_parser=node_parser,
+                           chunker=chunker, summarize=summarize, vector_store=vector_store)
+    finally:
+        if created and [p.name for p in index_dir.iterdir()] == [".lock"]:  # nothing was written
+            (index_dir / ".lock").unlink(missing_ok=True)
+            index_dir.rmdir()
+
+
+def _ingest(
+    paths: list[str | Path],
+    index_dir: Path,
+    *,
+    embed_model: WordLlamaEmbedding | None,
+    chunk_size: int,
+    chunk_overlap: int,
+    progress: ProgressCallback | None,
+    node_parser: NodeParser | None,
+    chunker: str | None,
+    summarize: Summarizer | None,
+    vector_store: VectorStoreSettings | None,
+) -> IngestReport:
+    upgrade = False
     try:
         index = ChunkIndex.load(index_dir, vector_store)
+    except OldIndexFormatError:
+        index, upgrade = load_format1(index_dir), True
     except IndexNotFoundError:
-        if (index_dir / "nodes.jsonl").exists() or index_dir.is_file():
+        if (index_dir / POINTER).exists() or index_dir.is_file():
             raise
         index = ChunkIndex.empty()
-    _check_replaceable(index_dir)  # before the work, not after it
     if node_parser is None:
         node_parser = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunker = chunker or f"sentence:{chunk_size}:{chunk_overlap}"
@@ -125,6 +156,9 @@ def ingest(
 
     report.documents = len(documents)
     if not changed:
+        if upgrade:
+            index.store_settings = vector_store or VectorStoreSettings()
+            index.save(index_dir)
         report.chunks_total = len(index)
         return report
 
@@ -137,11 +171,12 @@ def ingest(
     embed_model = embed_model or WordLlamaEmbedding()
     vectors = _embed(embed_model, [n.get_content() for n in new_nodes], progress)
 
-    keep = [i for i, n in enumerate(index.nodes) if n.metadata.get("file") not in changed]
+    old_nodes = list(index.nodes)  # parsed once: an incremental ingest reads the old chunks
     # A document id seen again in a changed file replaces its old chunks, wherever they came from.
     new_doc_ids = {d.doc_id for d in documents}
-    keep = [i for i in keep if index.nodes[i].ref_doc_id not in new_doc_ids]
-    kept_nodes = [index.nodes[i] for i in keep]
+    keep = [i for i, n in enumerate(old_nodes)
+            if n.metadata.get("file") not in changed and n.ref_doc_id not in new_doc_ids]
+    kept_nodes = [old_nodes[i] for i in keep]
     # Summaries of unchanged documents stay; those of changed ones are stale.
     kept_docs = {n.ref_doc_id for n in kept_nodes}
     summaries = {d: s for d, s in index.summaries.items() if d in kept_docs}
@@ -149,7 +184,7 @@ def ingest(
         summaries.update(summarize(documents))
     merged = ChunkIndex(
         nodes=kept_nodes + new_nodes,
-        embeddings=np.vstack([index.embeddings[keep], vectors]).astype(np.float32),
+        embeddings=np.vstack([np.asarray(index.embeddings[keep]), vectors]).astype(np.float32),
         manifest={**index.manifest, **changed},
         chunker=chunker,
         summaries=summaries,
@@ -159,7 +194,8 @@ def ingest(
     if not merged.nodes:
         names = ", ".join(Path(k).name for k in list(changed)[:3]) + ("..." if len(changed) > 3 else "")
         raise IngestError(f"No text to index in {names}: the files are empty or only whitespace.")
-    merged.save(index_dir)
+    # Only the new chunks are analyzed; the kept ones' terms are read back.
+    merged.save(index_dir, terms=index.chunk_terms().select(keep).extended(n.get_content() for n in new_nodes))
     report.chunks_added = len(new_nodes)
     report.chunks_total = len(merged)
     return report
