@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from blockbuster import BlockBuster, blockbuster_ctx
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"  # loopback servers
@@ -33,6 +35,15 @@ def _loopback_only(self: socket.socket, address: object) -> None:
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", _loopback_only)
+
+
+@pytest.fixture
+def no_blocking() -> Iterator[BlockBuster]:
+    """A blocking call (file I/O, `time.sleep`, a socket, SQLite...) made by crag's code on
+    the event loop fails the test. Build workflows before the test body (in a fixture):
+    building loads files on purpose, and an async test's body runs on the loop."""
+    with blockbuster_ctx("crag") as blockbuster:
+        yield blockbuster
 
 
 @pytest.fixture(scope="session")

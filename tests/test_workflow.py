@@ -37,7 +37,9 @@ async def test_correct_answers_from_the_documents_without_searching_the_web(samp
     assert result.verdict is Verdict.CORRECT
     # The rewrite runs alongside grading (speculatively); the web is never searched.
     assert set(steps) == {"retrieve", "postprocess", "rewrite", "grade", "refine_internal", "synthesize"}
-    assert steps[:2] == ["retrieve", "postprocess"] and steps[-1] == "synthesize"
+    # The speculative rewrite may finish first: retrieval runs off the loop, beside it.
+    path = [s for s in steps if s != "rewrite"]
+    assert path[:2] == ["retrieve", "postprocess"] and steps[-1] == "synthesize"
     assert "12-year warranty" in result.answer
     assert {s.kind for s in result.sources} == {"internal"}
     assert result.rewritten_query is None

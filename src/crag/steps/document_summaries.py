@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 from collections.abc import Callable
 from typing import Literal
 
@@ -25,13 +26,15 @@ from llama_index.core.llms import LLM
 from llama_index.core.prompts.default_prompts import DEFAULT_CHOICE_SELECT_PROMPT
 from llama_index.core.schema import NodeWithScore, TextNode
 
+from crag import text
+from crag._offload import off_loop, warm_up
 from crag.config import Settings
 from crag.errors import ConfigError, ModelReplyError, redact
 from crag.index import ChunkIndex
 from crag.ingestion.summaries import extractive_summary
 from crag.models import WordLlamaEmbedding
 from crag.index.lexical import BM25
-from crag.steps.retrieval import RRF_K
+from crag.steps.retrieval import RRF_K, warm_up_index
 from crag.trace import note_degraded
 
 logger = logging.getLogger(__name__)
@@ -105,9 +108,19 @@ class SummaryRetriever:
         self._bm25: BM25 | None = None
         self._doc_ids: list[str] = []
         self._vectors: np.ndarray | None = None
+        self._preparing = threading.Lock()
+
+    def warm_up(self) -> None:
+        """Load the models and the index, and embed the summaries, before the first question."""
+        with self._preparing:  # the first questions may come from several threads at once
+            if self._vectors is None:
+                text.warm_up()
+                warm_up(self.embed_model)
+                warm_up_index(self.index)
+                self._prepare()
 
     def _prepare(self) -> None:
-        """Group chunks by document and embed the summaries, once, on first use."""
+        """Group chunks by document, embed the summaries and index them for BM25."""
         self._positions: dict[str, list[int]] = {}
         for position, node in enumerate(self.index.nodes):
             self._positions.setdefault(node.ref_doc_id or node.node_id, []).append(position)
@@ -120,16 +133,15 @@ class SummaryRetriever:
                 self.index.nodes[positions[0]].metadata.get("title"),
             )
         self._doc_ids = list(self._summaries)
-        self._vectors = self.embed_model.embed_many([self._summaries[d] for d in self._doc_ids])
         if self.vector_weight is not None:
             self._bm25 = BM25([self._summaries[d] for d in self._doc_ids])
+        # Last: a search that finds the vectors set finds everything else ready.
+        self._vectors = self.embed_model.embed_many([self._summaries[d] for d in self._doc_ids])
 
     async def retrieve(self, query: str) -> list[NodeWithScore]:
         if not len(self.index):
             return []
-        if self._vectors is None:
-            self._prepare()
-        ranking = self._rank(query)
+        ranking = await off_loop(self._rank, query)
         picked = ranking[: self.documents]
         if self.choice == "llm":
             try:
@@ -147,6 +159,8 @@ class SummaryRetriever:
 
     def _rank(self, query: str) -> list[tuple[int, float]]:
         """(document, score) pairs, best first, `candidates` deep at least."""
+        if self._vectors is None:
+            self.warm_up()
         similarity = self._vectors @ self.embed_model.embed_many([query])[0]
         by_embedding = [int(i) for i in np.argsort(-similarity, kind="stable")]
         if self._bm25 is None:

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import NodeWithScore
 
+from crag import text
+from crag._offload import off_loop, warm_up
 from crag.errors import GradeParseError
 from crag.events import Grade, Verdict
 from crag.interfaces import Grader
@@ -83,7 +85,15 @@ class LexicalEvaluator:
     def _coverage(self, wanted: list[str], text_terms: set[str]) -> float:
         return weighted_coverage(wanted, text_terms, self.stats, partial=self.partial, min_prefix=self.min_prefix)
 
+    def warm_up(self) -> None:
+        """Load the sentence splitter and stemmer (the term statistics came built)."""
+        text.warm_up()
+
     async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
+        return await off_loop(self.grade_sync, query, chunks)
+
+    def grade_sync(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
+        """`grade` without the event loop: for callers already off it (the reranker)."""
         return [
             Grade(
                 chunk_id=c.node.node_id,
@@ -135,6 +145,10 @@ class LLMGrader:
         self.fallback = fallback
         self.concurrency = concurrency
         self.max_chars = max_chars
+
+    def warm_up(self) -> None:
+        """Load the fallback's models (the chat model connects on its first call)."""
+        warm_up(self.fallback)
 
     async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
         limit = asyncio.Semaphore(self.concurrency)

@@ -14,7 +14,6 @@ order; `LlamaIndexPostprocessor` adapts any llama-index `BaseNodePostprocessor`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -28,6 +27,8 @@ from llama_index.core.postprocessor import (
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from crag import text
+from crag._offload import off_loop, warm_up
 from crag.config import Settings
 from crag.errors import ConfigError, CragError, StepError
 from crag.interfaces import Grader, Postprocessor
@@ -47,12 +48,29 @@ class LlamaIndexPostprocessor:
     def __init__(self, postprocessor: BaseNodePostprocessor, *, name: str | None = None) -> None:
         self.postprocessor = postprocessor
         self.name = name or type(postprocessor).__name__
+        # One without its own async path only computes: all of it, copies included, runs in
+        # crag's pool (llama-index's default would send it to asyncio's, a second pool).
+        self._sync_only = (
+            type(postprocessor)._apostprocess_nodes is BaseNodePostprocessor._apostprocess_nodes
+        )
+
+    def warm_up(self) -> None:
+        warm_up(self.postprocessor)
 
     async def postprocess(self, query: str, chunks: Sequence[NodeWithScore]) -> list[NodeWithScore]:
-        # Several llama-index postprocessors rewrite node text in place (window replacement,
-        # the optimizer), and the chunks are the index's own nodes, shared by every run.
-        copies = [NodeWithScore(node=c.node.model_copy(deep=True), score=c.score) for c in chunks]
+        if self._sync_only:
+            return await off_loop(self._postprocess, query, chunks)
+        copies = await off_loop(_copies, chunks)
         return await self.postprocessor.apostprocess_nodes(copies, query_str=query)
+
+    def _postprocess(self, query: str, chunks: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+        return self.postprocessor.postprocess_nodes(_copies(chunks), query_str=query)
+
+
+def _copies(chunks: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+    """Deep copies: several llama-index postprocessors rewrite node text in place (window
+    replacement, the optimizer), and the chunks are the index's own, shared by every run."""
+    return [NodeWithScore(node=c.node.model_copy(deep=True), score=c.score) for c in chunks]
 
 
 class EmbeddingSimilarityCutoff:
@@ -71,13 +89,18 @@ class EmbeddingSimilarityCutoff:
         self.embed_model = embed_model
         self.filter = SimilarityPostprocessor(similarity_cutoff=cutoff)
 
+    def warm_up(self) -> None:
+        warm_up(self.embed_model)
+
     async def postprocess(self, query: str, chunks: Sequence[NodeWithScore]) -> list[NodeWithScore]:
+        return await off_loop(self._postprocess, query, chunks)
+
+    def _postprocess(self, query: str, chunks: Sequence[NodeWithScore]) -> list[NodeWithScore]:
         if not chunks:
             return []
-        texts = [c.node.get_content() for c in chunks]
-        cosines = await asyncio.to_thread(self.cosines, query, texts)
+        cosines = self.cosines(query, [c.node.get_content() for c in chunks])
         rescored = [NodeWithScore(node=c.node, score=s) for c, s in zip(chunks, cosines)]
-        kept = {id(n.node) for n in await self.filter.apostprocess_nodes(rescored, query_str=query)}
+        kept = {id(n.node) for n in self.filter.postprocess_nodes(rescored, query_str=query)}
         return [c for c in chunks if id(c.node) in kept]
 
     def cosines(self, query: str, texts: list[str]) -> list[float]:
@@ -155,6 +178,7 @@ class SentenceOptimizer:
             raise ConfigError(
                 "The optimizer stage needs postprocess.optimizer_percentile or optimizer_threshold."
             )
+        self.embed_model = embed_model
         self.optimizer = SentenceEmbeddingOptimizer(
             embed_model=embed_model,
             percentile_cutoff=percentile,
@@ -164,8 +188,12 @@ class SentenceOptimizer:
             context_after=context_after,
         )
 
+    def warm_up(self) -> None:
+        text.warm_up()
+        warm_up(self.embed_model)
+
     async def postprocess(self, query: str, chunks: Sequence[NodeWithScore]) -> list[NodeWithScore]:
-        return await asyncio.to_thread(self._optimize, QueryBundle(query), list(chunks))
+        return await off_loop(self._optimize, QueryBundle(query), list(chunks))
 
     def _optimize(self, query: QueryBundle, chunks: list[NodeWithScore]) -> list[NodeWithScore]:
         kept = []

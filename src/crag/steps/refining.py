@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from llama_index.core.schema import NodeWithScore
 
+from crag._offload import off_loop, warm_up
 from crag.events import Strip
 from crag.steps.grading import LexicalEvaluator
 from crag.text import sentences
@@ -27,7 +28,15 @@ class StripRefiner:
         self.max_strips = max_strips
         self.min_score = min_score
 
+    def warm_up(self) -> None:
+        """Load the sentence splitter and the evaluator's analyzer."""
+        warm_up(self.evaluator)
+
     async def refine(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Strip]:
+        # Splitting and scoring every sentence is the heaviest CPU work of an offline run.
+        return await off_loop(self._refine, query, chunks)
+
+    def _refine(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Strip]:
         strips: list[Strip] = []
         for chunk in chunks:
             meta = chunk.node.metadata

@@ -25,6 +25,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.postprocessor.llm_rerank import LLMRerank
 from llama_index.core.schema import NodeWithScore
 
+from crag._offload import off_loop, warm_up
 from crag.config import Settings
 from crag.errors import ConfigError, GradeParseError, redact
 from crag.interfaces import Postprocessor
@@ -86,11 +87,17 @@ class LexicalReranker:
         self.cosine_weight = cosine_weight
         self.rank_weight = rank_weight
 
+    def warm_up(self) -> None:
+        warm_up(self.evaluator, self.embed_model)
+
     async def scores(self, query: str, chunks: Sequence[NodeWithScore], *, first_rank: int = 0) -> list[float]:
         """Relevance in [0, 1] per chunk; `first_rank` is the first chunk's first-stage rank."""
+        return await off_loop(self._scores, query, chunks, first_rank)
+
+    def _scores(self, query: str, chunks: Sequence[NodeWithScore], first_rank: int) -> list[float]:
         if not chunks:
             return []
-        lexical = np.array([g.score for g in await self.evaluator.grade(query, chunks)])
+        lexical = np.array([g.score for g in self.evaluator.grade_sync(query, chunks)])
         total = lexical.copy()
         if self.cosine_weight:
             vectors = self.embed_model.embed_many([query] + [c.node.get_content() for c in chunks])
@@ -215,6 +222,10 @@ class LLMReranker:
         self.reranker = LLMRerank(
             llm=llm, choice_batch_size=batch_size, top_n=batch_size, parse_choice_select_answer_fn=_parse_or_raise
         )
+
+    def warm_up(self) -> None:
+        """Load the fallback's models (the chat model connects on its first call)."""
+        warm_up(self.fallback)
 
     async def postprocess(self, query: str, chunks: Sequence[NodeWithScore]) -> list[NodeWithScore]:
         limit = asyncio.Semaphore(self.concurrency)

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import threading
+
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from crag import text
+from crag._offload import off_loop, warm_up
 from crag.index import ChunkIndex
 from crag.models import WordLlamaEmbedding
 
 RRF_K = 60  # the constant from Cormack et al. (2009); flattens the head of each ranking
+
+
+def warm_up_index(index: ChunkIndex) -> None:
+    """Load what searching `index` needs (BM25, term statistics, the vector store) now.
+
+    An index with its own `warm_up` does it; for one without, each lazy part is touched.
+    """
+    warm = getattr(index, "warm_up", None)
+    if warm is not None:
+        warm()
+    elif len(index):
+        index.bm25, index.term_stats  # noqa: B018 - built on first access
+        index.vector_search(index.embeddings[0], 1)  # opens the vector store
 
 
 class HybridRetriever:
@@ -42,10 +59,27 @@ class HybridRetriever:
         self.mode = mode
         self.candidates = candidates
         self.vector_weight = vector_weight
+        self._warm = False
+        self._warming = threading.Lock()
+
+    def warm_up(self) -> None:
+        """Load the embedding model, the analyzer and the index's search structures."""
+        with self._warming:  # the first searches may come from several threads at once
+            if not self._warm:
+                text.warm_up()
+                warm_up(self.embed_model)
+                warm_up_index(self.index)
+                self._warm = True
 
     async def retrieve(self, query: str) -> list[NodeWithScore]:
+        # BM25, the query's embedding and the vector search are all CPU or disk work.
+        return await off_loop(self._retrieve, query)
+
+    def _retrieve(self, query: str) -> list[NodeWithScore]:
         if not len(self.index):
             return []
+        if not self._warm:
+            self.warm_up()
         rankings: list[tuple[float, list[int]]] = []
         if self.mode in ("hybrid", "bm25"):
             rankings.append((1.0, [i for i, _ in self.index.bm25.top(query, self.candidates)]))

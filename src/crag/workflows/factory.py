@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from crag._offload import warm_up
 from crag.config import Settings
 from crag.errors import ConfigError
 from crag.index import ChunkIndex
@@ -12,7 +13,7 @@ from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.steps.grading import LexicalEvaluator, LLMGrader
 from crag.steps.postprocessing import check_index, postprocessors_for, retrieval_depth
 from crag.steps.refining import StripRefiner
-from crag.steps.retrieval import HybridRetriever
+from crag.steps.retrieval import HybridRetriever, warm_up_index
 from crag.steps.rewriting import KeywordRewriter, LLMRewriter
 from crag.steps.synthesis import ExtractiveSynthesizer, LLMSynthesizer
 from crag.steps.web_search import LocalCorpusSearch, TavilySearch
@@ -33,6 +34,9 @@ def build_workflow(
     **components: object,
 ) -> CorrectiveRAGWorkflow:
     """A workflow with components chosen by `settings`; `components` replace any by name.
+
+    Every component is warmed up (`warm_up_workflow`) before it is returned, so the first
+    run's steps do their own work, not loading.
 
     Example:
         wf = build_workflow(Settings.load(), grader=MyGrader())
@@ -82,13 +86,33 @@ def build_workflow(
     if unknown:
         raise ConfigError(f"Unknown component(s) {sorted(unknown)}; expected one of {sorted(defaults)}.")
     defaults.update({k: v for k, v in components.items() if v is not None})
-    return CorrectiveRAGWorkflow(
+    workflow = CorrectiveRAGWorkflow(
         **defaults,
         upper=settings.grader.upper,
         lower=settings.grader.lower,
         speculative_rewrite=settings.rewriter.speculative,
         timeout=settings.run.timeout,
     )
+    warm_up_workflow(workflow, index)
+    return workflow
+
+
+def warm_up_workflow(workflow: object, index: ChunkIndex | None = None) -> None:
+    """Load every model, store and table the workflow's components (and `index`) would
+    otherwise load in their first step; each component's `warm_up`, where it has one.
+
+    Cheap when done already: `crag serve` calls it on whatever workflow it was given.
+    """
+    if index is not None:
+        warm_up_index(index)
+    warm_up(*(getattr(workflow, name, None) for name in COMPONENTS))
+
+
+# The attributes under which crag's workflows (corrective and plain) keep their components.
+COMPONENTS = (
+    "retriever", "postprocessors", "grader", "refiner", "reader", "rewriter", "searcher",
+    "synthesizer", "fallback_rewriter", "fallback_synthesizer",
+)
 
 
 def _summary_retriever(

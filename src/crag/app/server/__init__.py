@@ -57,10 +57,11 @@ def build_server(
         crag_server = build_server(Settings.load())
         await crag_server.server.serve(host="127.0.0.1", port=8000)
     """
-    from crag.workflows.factory import build_workflow
+    from crag.workflows.factory import build_workflow, warm_up_workflow
 
     index = index if index is not None else ChunkIndex.load(settings.index.path)
     workflow = workflow or build_workflow(settings, index=index)
+    warm_up_workflow(workflow, index)  # everything loaded before the first request is accepted
     store = store_for(settings)
     key = settings.server.api_key.get_secret_value() if settings.server.api_key else ""
     register_secret(key)  # so that no error message or trace can show it

@@ -1,0 +1,61 @@
+"""Keeping the event loop free: load before the first step, compute off the loop.
+
+`warm_up(*components)` loads what components would otherwise load lazily in a step;
+`off_loop(function, ...)` runs a step's CPU-bound work in a few threads shared by every run.
+
+Why not `asyncio.to_thread`: its default executor has up to `cores + 4` threads, and more
+Python threads than cores only fight over the GIL, which the event-loop thread then waits
+for too. With one worker per core, 20 concurrent offline runs on a 10k-chunk index kept a
+10 ms timer at most XX ms late, against YY ms with `to_thread` (`benchmarks/event_loop.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+WORKERS = max(os.cpu_count() or 1, 1)
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The process's pool, made on first use (a process that never runs a step starts no thread)."""
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="crag-cpu")
+    return _pool
+
+
+async def off_loop(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`function(*args, **kwargs)` in the shared pool, awaited from the running loop.
+
+    Context variables travel with it, as with `asyncio.to_thread`: the run's trace record
+    (`crag.trace.note_degraded`) is found from the worker thread too.
+    """
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, function, *args, **kwargs)
+    return await loop.run_in_executor(_executor(), call)
+
+
+def warm_up(*components: object) -> None:
+    """Call `warm_up()` on each component that has one; lists and tuples are walked."""
+    for component in components:
+        if isinstance(component, (list, tuple)):
+            warm_up(*component)
+            continue
+        warm = getattr(component, "warm_up", None)
+        if callable(warm):
+            warm()

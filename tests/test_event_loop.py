@@ -1,0 +1,161 @@
+"""The event loop stays free: models load before the first step, CPU work runs off the loop,
+and concurrent runs on one workflow proceed together."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from blockbuster import BlockingError
+from pydantic import PrivateAttr
+
+import crag.index.lexical
+import crag.models
+import crag.text
+import crag.steps.web_search
+from crag import Settings
+from crag.config import PostprocessSettings
+from crag.errors import StepError
+from crag.events import CragResult, Verdict
+from crag.models import WordLlamaEmbedding
+from crag.steps.grading import LexicalEvaluator, LLMGrader
+from crag.testing import FakeLLM
+from crag.workflows import CorrectiveRAGWorkflow
+from crag.workflows.factory import build_workflow
+
+# One question per verdict on the sample handbook and its sample "web".
+QUESTIONS = {
+    "What warranty does Lumen give on the Helio H10?": Verdict.CORRECT,
+    "What cathode does the Helio H10 battery use?": Verdict.AMBIGUOUS,
+    "Who invented the lithium-ion battery?": Verdict.INCORRECT,
+}
+# Every offline postprocessing stage the sample index supports, so each runs in a run.
+STAGES = ["similarity_cutoff", "rerank", "optimizer", "keywords", "reorder"]
+
+
+@pytest.fixture
+def offline_workflow(sample_settings: Settings) -> CorrectiveRAGWorkflow:
+    """Built outside the loop, with every offline stage: building is where loading belongs."""
+    post = PostprocessSettings(stages=STAGES, similarity_cutoff=0.0, exclude_keywords=["zzzz"])
+    return build_workflow(sample_settings.model_copy(update={"postprocess": post}))
+
+
+async def ask_each_verdict(workflow: CorrectiveRAGWorkflow) -> None:
+    results: list[CragResult] = await asyncio.gather(*(workflow.run(query=q) for q in QUESTIONS))
+    assert {r.query: r.verdict for r in results} == QUESTIONS
+
+
+async def test_a_run_makes_no_blocking_call_on_the_event_loop(
+    offline_workflow: CorrectiveRAGWorkflow, no_blocking: object
+) -> None:
+    await ask_each_verdict(offline_workflow)
+
+
+def test_the_blocking_check_catches_a_step_that_reads_a_file_on_the_loop(
+    sample_settings: Settings, tmp_path: Path, no_blocking: object
+) -> None:
+    """The check above is not vacuous: a retriever that reads a file in its step fails it."""
+    note = tmp_path / "note.txt"
+    note.write_text("x")
+
+    class ReadsAFile:
+        async def retrieve(self, query: str) -> list:
+            note.read_text()
+            return []
+
+    workflow = build_workflow(sample_settings, retriever=ReadsAFile())
+    with pytest.raises(StepError) as caught:
+        workflow.ask("What warranty does Lumen give on the Helio H10?")
+    assert isinstance(caught.value.__cause__, BlockingError)
+
+
+def record_threads(monkeypatch: pytest.MonkeyPatch, function: Callable, threads: set[int]) -> None:
+    """Replace `function` wherever crag's modules imported it by a wrapper noting its thread."""
+
+    def noted(*args: object, **kwargs: object) -> object:
+        threads.add(threading.get_ident())
+        return function(*args, **kwargs)
+
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] == "crag" and getattr(module, function.__name__, None) is function:
+            monkeypatch.setattr(module, function.__name__, noted)
+
+
+async def test_terms_sentences_and_embeddings_never_run_on_the_loop_thread(
+    offline_workflow: CorrectiveRAGWorkflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: dict[str, set[int]] = {"terms": set(), "sentences": set(), "embed_many": set()}
+    record_threads(monkeypatch, crag.text.terms, threads["terms"])
+    record_threads(monkeypatch, crag.text.sentences, threads["sentences"])
+    embed_many = WordLlamaEmbedding.embed_many
+
+    def noted_embed(self: WordLlamaEmbedding, texts: list[str]) -> Any:
+        threads["embed_many"].add(threading.get_ident())
+        return embed_many(self, texts)
+
+    monkeypatch.setattr(WordLlamaEmbedding, "embed_many", noted_embed)
+
+    await ask_each_verdict(offline_workflow)
+
+    assert all(threads.values()), threads  # each kind of work did happen during the runs
+    loop_thread = threading.get_ident()
+    assert {kind: loop_thread in seen for kind, seen in threads.items()} == dict.fromkeys(threads, False)
+
+
+def test_a_built_workflow_has_loaded_everything_a_run_needs(
+    sample_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `build_workflow`, a run loads no model, splitter table, corpus or statistics."""
+    workflow = build_workflow(sample_settings)
+
+    def loading(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a run loaded what the build should have")
+
+    monkeypatch.setattr(crag.models, "_bundled_wordllama", loading)
+    monkeypatch.setattr("nltk.tokenize.PunktTokenizer", loading)
+    monkeypatch.setattr(crag.index.lexical, "BM25", loading)
+    monkeypatch.setattr(crag.steps.web_search, "BM25", loading)
+    monkeypatch.setattr(crag.text.TermStats, "from_texts", loading)
+    for question, verdict in QUESTIONS.items():
+        assert workflow.ask(question).verdict is verdict
+
+
+class CountingLLM(FakeLLM):
+    """A FakeLLM that counts, per run, the calls it has in flight."""
+
+    _in_flight: dict[str, int] = PrivateAttr(default_factory=dict)
+    _peak: int = PrivateAttr(default=0)
+
+    @property
+    def peak_runs(self) -> int:
+        """The most runs that had a call in flight at the same moment."""
+        return self._peak
+
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        run = re.search(r"asker (\d+)", prompt).group(1)  # type: ignore[union-attr]
+        self._in_flight[run] = self._in_flight.get(run, 0) + 1
+        self._peak = max(self._peak, sum(1 for n in self._in_flight.values() if n))
+        try:
+            return await super().acomplete(prompt, formatted, **kwargs)
+        finally:
+            self._in_flight[run] -= 1
+
+
+async def test_twenty_concurrent_runs_have_their_model_calls_in_flight_together(
+    sample_settings: Settings, sample_index: Any
+) -> None:
+    llm = CountingLLM(reply=lambda prompt: "9", latency=0.5)
+    grader = LLMGrader(llm, fallback=LexicalEvaluator(sample_index.term_stats))
+    workflow = build_workflow(sample_settings, index=sample_index, grader=grader)
+    questions = [f"What warranty does Lumen give, asker {i}?" for i in range(20)]
+
+    results = await asyncio.gather(*(workflow.run(query=q) for q in questions))
+
+    assert [r.verdict for r in results] == [Verdict.CORRECT] * 20
+    assert llm.peak_runs == 20
