@@ -151,6 +151,10 @@ class SummaryRetriever:
                 reason = redact(str(exc))[:200]
                 logger.warning("LLM document choice failed (%s); used the embedding choice", reason)
                 note_degraded(f"LLM document choice failed ({reason}); used the embedding choice")
+        return await off_loop(self._chunks, picked)
+
+    def _chunks(self, picked: list[tuple[int, float]]) -> list[NodeWithScore]:
+        """Every chunk of the picked documents (the index may read them from disk)."""
         return [
             NodeWithScore(node=self.index.nodes[p], score=score)
             for i, score in picked
