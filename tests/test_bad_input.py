@@ -5,6 +5,7 @@ broken or empty one, and nothing that is not an index is ever deleted)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -157,55 +158,66 @@ def test_ingesting_into_a_file_leaves_the_file_alone(
 # --- a missing or damaged index --------------------------------------------------------------------
 
 
+def live(index: Path) -> Path:
+    """The folder of the index's live version."""
+    return index / (index / "CURRENT").read_text(encoding="utf-8").strip()
+
+
 def truncate_nodes(index: Path) -> None:
-    data = (index / "nodes.jsonl").read_bytes()
-    (index / "nodes.jsonl").write_bytes(data[:-40])  # the last chunk cut short, as by a full disk
+    data = (live(index) / "nodes.jsonl").read_bytes()
+    (live(index) / "nodes.jsonl").write_bytes(data[:-40])  # the last chunk cut short, as by a full disk
 
 
 def garbage_embeddings(index: Path) -> None:
-    (index / "embeddings.npy").write_bytes(b"this is not an array" * 10)
+    (live(index) / "embeddings.npy").write_bytes(b"this is not an array" * 10)
 
 
 def more_embeddings_than_chunks(index: Path) -> None:
-    np.save(index / "embeddings.npy", np.zeros((len(DOCS) + 3, 256), dtype=np.float32))
+    np.save(live(index) / "embeddings.npy", np.zeros((len(DOCS) + 3, 256), dtype=np.float32))
 
 
 def embeddings_of_another_model(index: Path) -> None:
-    np.save(index / "embeddings.npy", np.zeros((len(DOCS), 384), dtype=np.float32))
+    np.save(live(index) / "embeddings.npy", np.zeros((len(DOCS), 384), dtype=np.float32))
 
 
-def nodes_that_are_not_chunks(index: Path) -> None:
-    (index / "nodes.jsonl").write_text("{}\n[]\n", encoding="utf-8")
-
-
-def nodes_not_utf8(index: Path) -> None:
-    (index / "nodes.jsonl").write_bytes(b"\xff\xfe\x00\x01")
+def overwrite_nodes(replacement: bytes) -> Callable[[Path], None]:
+    """Damage in place, the file's length unchanged, so only reading a chunk finds it."""
+    def damage(index: Path) -> None:
+        data = (live(index) / "nodes.jsonl").read_bytes()
+        (live(index) / "nodes.jsonl").write_bytes(replacement + data[len(replacement):])
+    damage.__name__ = f"nodes_overwritten_with_{replacement[:4]!r}"
+    return damage
 
 
 def manifest_missing(index: Path) -> None:
-    (index / "manifest.json").unlink()
+    (live(index) / "manifest.json").unlink()
 
 
 def manifest_not_crags(index: Path) -> None:
-    (index / "manifest.json").write_text("[1, 2, 3]", encoding="utf-8")
+    (live(index) / "manifest.json").write_text("[1, 2, 3]", encoding="utf-8")
 
 
 def embeddings_missing(index: Path) -> None:
-    (index / "embeddings.npy").unlink()
+    (live(index) / "embeddings.npy").unlink()
+
+
+def pointer_to_nowhere(index: Path) -> None:
+    (index / "CURRENT").write_text("v99\n", encoding="utf-8")
 
 
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        (truncate_nodes, "is unreadable (nodes.jsonl line 2 is not valid JSON; the file may be cut short)"),
+        (truncate_nodes, "is inconsistent (nodes.jsonl is not the length its offsets say)"),
         (garbage_embeddings, "is unreadable (embeddings.npy is not a NumPy array file)"),
         (embeddings_missing, "is unreadable (embeddings.npy is missing)"),
-        (more_embeddings_than_chunks, "is inconsistent (2 chunks but 5 embeddings)"),
-        (embeddings_of_another_model, "is inconsistent (embeddings have shape (2, 384), expected (chunks, 256))"),
-        (nodes_that_are_not_chunks, "is unreadable (nodes.jsonl line 1 is not a chunk)"),
-        (nodes_not_utf8, "is unreadable (nodes.jsonl is not UTF-8 text)"),
+        (more_embeddings_than_chunks, "is inconsistent (manifest 2, chunks 2, embeddings 5, lexical 2)"),
+        (embeddings_of_another_model, "is inconsistent (embeddings are float32 (2, 384), expected float32 (chunks, 256))"),
+        (overwrite_nodes(b'{"x": 1}     '), "is unreadable (nodes.jsonl line 1 is not a chunk)"),
+        (overwrite_nodes(b"\xff\xfe\x00\x01"), "is unreadable (nodes.jsonl line 1 is not a chunk)"),
         (manifest_missing, "is unreadable (manifest.json is missing)"),
         (manifest_not_crags, "is unreadable (manifest.json is not crag's manifest)"),
+        (pointer_to_nowhere, "is damaged (CURRENT names no version)"),
     ],
 )
 def test_a_damaged_index_is_named_with_what_is_wrong_and_how_to_rebuild_it(
@@ -215,8 +227,8 @@ def test_a_damaged_index_is_named_with_what_is_wrong_and_how_to_rebuild_it(
     error = fails(capsys, "ask", "How long does the battery last?", "--index", str(index_dir))
     assert f"The index at {index_dir} {message}" in error
     assert f"remove the folder and build it again: crag ingest YOUR_DOCS --index {index_dir}" in error
-    # ingesting into it says the same, rather than guessing what it held
-    assert message in fails(capsys, "ingest", str(docs), "--index", str(index_dir))
+    # ingesting into it fails too, rather than guessing what it held
+    assert "remove the folder and build it again" in fails(capsys, "ingest", str(docs), "--index", str(index_dir))
 
 
 def test_a_missing_index_says_how_to_build_one(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

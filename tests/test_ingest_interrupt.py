@@ -76,11 +76,12 @@ class Ingest:
             assert time.monotonic() < deadline, f"no {prefix!r} line in {timeout} s"
             time.sleep(0.005)
 
-    def wait_for_path(self, path: Path, timeout: float = 60) -> None:
+    def wait_for_new_version(self, index: Path, timeout: float = 60) -> None:
+        """Until a version is being written inside the index folder (`.vN.tmp-…`)."""
         deadline = time.monotonic() + timeout
-        while not path.exists():
-            assert self.process.poll() is None, f"ingest ended before {path.name} appeared: {self.lines}"
-            assert time.monotonic() < deadline, f"{path.name} did not appear in {timeout} s"
+        while not half_written(index):
+            assert self.process.poll() is None, f"ingest ended before writing a version: {self.lines}"
+            assert time.monotonic() < deadline, f"no version written in {timeout} s"
             time.sleep(0.001)
 
     def signal(self, signum: int) -> int:
@@ -88,6 +89,10 @@ class Ingest:
         code = self.process.wait(30)
         self._reader.join(5)
         return code
+
+
+def half_written(index: Path) -> list[Path]:
+    return [p for p in index.iterdir() if ".tmp-" in p.name]
 
 
 def assert_old_index(index: Path, old_ids: list[str]) -> None:
@@ -107,22 +112,21 @@ def test_killing_ingest_while_it_writes_keeps_the_old_index_and_the_next_ingest_
     old_index, big_corpus
 ) -> None:
     index, old_ids = old_index
-    half_written = index.with_name(f".{index.name}.tmp")
     run = Ingest(big_corpus, index)
-    run.wait_for_path(half_written)  # the new version is being written beside the old
+    run.wait_for_new_version(index)  # the new version is being written beside the old
     time.sleep(random.Random(2).uniform(0.0, 0.01))
     assert run.signal(signal.SIGKILL) == -signal.SIGKILL
     loaded = [n.node_id for n in ChunkIndex.load(index).nodes]
-    # Killed before the swap (nearly always): the old index, and the new one half-written
+    # Killed before the switch (nearly always): the old index, and the new one half-written
     # beside it. Killed after it: the whole new one.
-    assert (loaded == old_ids and half_written.exists()) or (loaded[: len(old_ids)] == old_ids and len(loaded) > 1000)
+    assert (loaded == old_ids and half_written(index)) or (loaded[: len(old_ids)] == old_ids and len(loaded) > 1000)
 
     again = Ingest(big_corpus, index)
     assert again.process.wait(120) == 0, again.lines
     complete = ChunkIndex.load(index)
     assert [n.node_id for n in complete.nodes][: len(old_ids)] == old_ids
     assert {n.metadata["doc_id"] for n in complete.nodes} >= {"doc-0", "doc-1199"}
-    assert not half_written.exists() and not index.with_name(f".{index.name}.old").exists()
+    assert not half_written(index)  # the next ingest cleared what the killed one left
 
 
 def test_killing_ingest_at_random_moments_never_leaves_a_broken_index(old_index, big_corpus) -> None:

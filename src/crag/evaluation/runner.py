@@ -216,12 +216,8 @@ def build_index(
         chunk_size=settings.index.chunk_size,
         chunk_overlap=settings.index.chunk_overlap,
     )
-    stored = ChunkIndex.load(folder / "index")
-    # Searched exactly in memory, not in the folder's vector store: the folder is temporary,
-    # and an evaluation should not depend on an approximate index's luck.
-    return ChunkIndex(
-        nodes=stored.nodes, embeddings=stored.embeddings, manifest=stored.manifest, chunker=stored.chunker
-    )
+    # Held in memory: the folder is temporary and goes before the evaluation ends.
+    return ChunkIndex.load(folder / "index").in_memory()
 
 
 def _default_concurrency(settings: Settings) -> int:

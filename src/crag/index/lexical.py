@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import bm25s
 import numpy as np
 
+from crag.errors import IndexNotFoundError
 from crag.text import TermStats, terms
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
@@ -168,27 +170,42 @@ class ChunkTerms:
 
 
 class LexicalIndex:
-    """What a question needs of the saved lexical statistics, loaded on first use."""
+    """What a question needs of the saved lexical statistics, loaded on first use.
 
-    def __init__(self, folder: Path) -> None:
+    `damaged` is the error message for files that cannot be read, with "{what}" to fill in.
+    """
+
+    def __init__(self, folder: Path, damaged: str) -> None:
         self.folder = folder
+        self._damaged = damaged
         self._bm25: BM25 | None = None
         self._stats: TermStats | None = None
 
     @property
     def bm25(self) -> BM25:
         if self._bm25 is None:
-            self._bm25 = BM25.load(self.folder / "bm25") if (self.folder / "bm25" / "params.index.json").exists() \
-                else BM25._of(None, self._chunks())
+            with self._reading("lexical/bm25"):
+                exists = (self.folder / "bm25" / "params.index.json").exists()
+                self._bm25 = BM25.load(self.folder / "bm25") if exists else BM25._of(None, self._chunks())
         return self._bm25
 
     @property
     def stats(self) -> TermStats:
         if self._stats is None:
-            vocab = json.loads((self.folder / "vocab.json").read_text(encoding="utf-8"))
-            doc_freq = np.load(self.folder / "doc_freq.npy", mmap_mode="r")
-            self._stats = TermStats(num_docs=self._chunks(), doc_freq=_Frequencies(vocab, doc_freq))
+            with self._reading("lexical/vocab.json or doc_freq.npy"):
+                vocab = json.loads((self.folder / "vocab.json").read_text(encoding="utf-8"))
+                doc_freq = np.load(self.folder / "doc_freq.npy", mmap_mode="r")
+                if not isinstance(vocab, dict) or doc_freq.ndim != 1 or len(doc_freq) != len(vocab):
+                    raise ValueError("the vocabulary and its frequencies disagree")
+                self._stats = TermStats(num_docs=self._chunks(), doc_freq=_Frequencies(vocab, doc_freq))
         return self._stats
+
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except (ValueError, OSError, EOFError, KeyError, TypeError) as exc:  # also JSON and UnicodeDecode errors
+            raise IndexNotFoundError(self._damaged.format(what=f"{what}: {exc}")) from None
 
     def _chunks(self) -> int:
         return len(np.load(self.folder / "terms.indptr.npy", mmap_mode="r")) - 1

@@ -58,10 +58,10 @@ class OldIndexFormatError(IndexNotFoundError):
 class NodeFile(Sequence[TextNode]):
     """The chunks of one version, each parsed from its own line when it is asked for."""
 
-    def __init__(self, folder: Path, rebuild: str) -> None:
+    def __init__(self, folder: Path, damaged: str) -> None:
         self._file = folder / "nodes.jsonl"
         self._offsets = np.load(folder / "offsets.npy", mmap_mode="r")
-        self._rebuild = rebuild
+        self._damaged = damaged  # the error message, with "{what}" to fill in
         self._fd: int | None = None
 
     def __len__(self) -> int:
@@ -91,9 +91,7 @@ class NodeFile(Sequence[TextNode]):
                 raise ValueError
             return TextNode.from_dict(record)
         except (ValueError, TypeError, KeyError, AttributeError):  # also UnicodeDecodeError
-            raise IndexNotFoundError(
-                f"The index file {self._file} is damaged at chunk {position + 1}; {self._rebuild}"
-            ) from None
+            raise IndexNotFoundError(self._damaged.format(what=f"nodes.jsonl line {position + 1} is not a chunk")) from None
 
     def close(self) -> None:
         if self._fd is not None:
@@ -152,6 +150,30 @@ class ChunkIndex:
                 self._terms = ChunkTerms.from_texts(n.get_content() for n in self.nodes)
         return self._terms
 
+    def verify(self) -> None:
+        """Check the version's files against the checksums ingest wrote (reads them whole).
+
+        Raises:
+            IndexNotFoundError: a file was changed or damaged since it was written.
+        """
+        if self.version is None:
+            return
+        recorded = _read_manifest(self.version / "manifest.json").get("sha256", {})
+        for name in CHECKED_FILES:
+            if recorded.get(name) != _sha256(self.version / name):
+                raise IndexNotFoundError(
+                    f"The index at {self.path} is damaged ({name} does not match its checksum); remove the "
+                    f"folder and build it again: crag ingest YOUR_DOCS --index {self.path}"
+                )
+
+    def in_memory(self) -> ChunkIndex:
+        """A copy held wholly in memory (chunks, embeddings, term ids), free of the folder."""
+        copy = ChunkIndex(nodes=list(self.nodes), embeddings=np.array(self.embeddings, np.float32),
+                          manifest=self.manifest, chunker=self.chunker, summaries=dict(self.summaries))
+        copy._terms = self.chunk_terms()
+        self.close()
+        return copy
+
     def warm_up(self) -> None:
         """Open and page in what a question reads, so the first question pays for none of it."""
         self.term_stats, self.bm25  # noqa: B018 - loaded by the properties
@@ -209,7 +231,7 @@ class ChunkIndex:
         try:
             manifest = _read_manifest(version / "manifest.json")
             embeddings = _read_embeddings(version / "embeddings.npy")
-            nodes = NodeFile(version, rebuild)
+            nodes = NodeFile(version, f"The index at {path} is unreadable ({{what}}); {rebuild}")
             summaries = _read_summaries(version / "summaries.json")
             lexical_count = len(np.load(version / "lexical" / "terms.indptr.npy", mmap_mode="r")) - 1
         except (ValueError, OSError, EOFError) as exc:
@@ -227,7 +249,7 @@ class ChunkIndex:
             vectors=manifest.get("vectors") or {},
         )
         index.path, index.version = path, version
-        index._lexical = LexicalIndex(version / "lexical")
+        index._lexical = LexicalIndex(version / "lexical", f"The index at {path} is unreadable ({{what}}); {rebuild}")
         return index
 
     def save(self, path: str | Path, terms: ChunkTerms | None = None) -> None:
@@ -249,7 +271,8 @@ class ChunkIndex:
             (terms or self.chunk_terms()).save(tmp / "lexical")
             vectors = _write_server_vectors(self, path) if self.store_settings.kind == "server" else {"kind": "embedded"}
             manifest = {"format": FORMAT_VERSION, "chunks": len(self.nodes), "chunker": self.chunker,
-                        "files": self.manifest, "vectors": vectors}
+                        "files": self.manifest, "vectors": vectors,
+                        "sha256": {name: _sha256(tmp / name) for name in CHECKED_FILES}}
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
             if self.summaries:
                 (tmp / "summaries.json").write_text(json.dumps(self.summaries, ensure_ascii=False), encoding="utf-8")
@@ -267,12 +290,25 @@ class ChunkIndex:
         self.vectors, self.path, self.version = vectors, path, path / f"v{number}"
 
 
+CHECKED_FILES = ("nodes.jsonl", "offsets.npy", "embeddings.npy")
+
+
+def _sha256(file: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(file, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def check_index_folder(path: Path) -> None:
     """Refuse to write into a file, or into a folder of other things that is not a crag index."""
     if not path.exists():
         return
     if not path.is_dir():
-        raise IngestError(f"{path} is a file, not an index folder; choose another --index.")
+        raise IngestError(f"{path} is a file, not a crag index folder; choose another --index.")
     strangers = [p.name for p in path.iterdir() if not _OWN.fullmatch(p.name) and p.name not in _FORMAT1_FILES]
     if strangers and not (path / POINTER).exists() and not (path / "nodes.jsonl").exists():
         raise IngestError(
@@ -346,6 +382,8 @@ def _live_version(path: Path, rebuild: str) -> Path:
 def _read_manifest(file: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError("manifest.json is missing") from None
     except ValueError:  # also UnicodeDecodeError
         raise ValueError("manifest.json is not valid JSON") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
@@ -389,7 +427,9 @@ def _consistency_problem(version: Path, manifest: dict, embeddings: np.ndarray, 
     if len(set(counts.values())) > 1:
         return ", ".join(f"{k} {v}" for k, v in counts.items())
     offsets = np.load(version / "offsets.npy", mmap_mode="r")
-    if nodes and (version / "nodes.jsonl").stat().st_size != int(offsets[-1]):
+    if offsets.ndim != 1 or offsets.dtype != np.int64 or int(offsets[0]) != 0 or np.any(np.diff(offsets) <= 0):
+        return "offsets.npy is damaged"
+    if (version / "nodes.jsonl").stat().st_size != int(offsets[-1]):
         return "nodes.jsonl is not the length its offsets say"
     return None
 

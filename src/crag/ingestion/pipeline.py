@@ -95,6 +95,7 @@ def _ingest(
     upgrade = False
     try:
         index = ChunkIndex.load(index_dir, vector_store)
+        index.verify()  # a damaged index is named here, not carried into the next version
     except OldIndexFormatError:
         index, upgrade = load_format1(index_dir), True
     except IndexNotFoundError:
