@@ -32,7 +32,10 @@ async def test_plain_lines_name_each_step_as_it_starts_and_finishes(sample_setti
         result = await run_with_progress(build_workflow(sample_settings), "Who invented the lithium-ion battery?", on_step)
     lines = stream.getvalue().splitlines()
     assert result.verdict.value == "incorrect" and len(lines) == 2 * len(WEB_PATH)
-    assert lines[0] == "crag: retrieve started" and lines[1].startswith("crag: retrieve finished in ")
+    assert lines[0] == "crag: retrieve started"  # the speculative rewrite may start and end meanwhile
+    for name in WEB_PATH:  # each step starts, then finishes
+        started = lines.index(f"crag: {name} started")
+        assert any(line.startswith(f"crag: {name} finished in ") for line in lines[started + 1:])
     assert any(line.startswith("crag: web_search finished in ") and line.endswith(" ms, 1 search") for line in lines)
     assert "\x1b" not in stream.getvalue()  # no terminal codes in a log
 
