@@ -62,10 +62,12 @@ class IndexSettings(_Section):
 
 
 class VectorStoreSettings(_Section):
-    """Where chunk vectors are searched: a Chroma store inside the index, or a Chroma server."""
+    """Where chunk vectors are searched: the index's own embeddings, or a Chroma server."""
 
     kind: Literal["embedded", "server"] = Field(
-        "embedded", description="embedded: <index>/vectors, no server; server: a Chroma server at uri."
+        "embedded",
+        description="embedded: exact search over the index's embeddings, no server; "
+        "server: a Chroma server at uri (pip install 'crag[chroma]').",
     )
     uri: str | None = Field(None, description="Chroma server URL for kind 'server', e.g. http://host:8000.")
     token: SecretStr | None = Field(None, description="Bearer token for the server, if it asks for one.")
