@@ -40,3 +40,7 @@ def test_every_error_class_is_exported_and_derives_from_crag_error() -> None:
     }
     assert all(issubclass(getattr(crag.errors, name), crag.CragError) for name in errors)
     assert errors <= set(crag.__all__)
+
+
+def test_a_verdict_prints_as_its_value() -> None:
+    assert str(crag.Verdict.AMBIGUOUS) == "ambiguous" == f"{crag.Verdict.AMBIGUOUS}"

@@ -19,6 +19,9 @@ class Verdict(str, Enum):
     INCORRECT = "incorrect"
     AMBIGUOUS = "ambiguous"
 
+    def __str__(self) -> str:  # print(result.verdict) says "correct", as f-strings do
+        return self.value
+
 
 class Grade(BaseModel):
     """Relevance of one retrieved chunk to the query."""
