@@ -1,17 +1,22 @@
 """The server's SQLite run store: one connection with SQLite's normal locking, writes that
-other connections see at once, and run ticks kept in memory for the run's life only."""
+other connections see at once, events numbered in memory and committed per loop turn, and runs
+cut off by a restart marked failed."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from llama_agents.client.protocol.serializable_events import EventEnvelopeWithMetadata
 from llama_agents.server import PersistentHandler
 from llama_agents.server._store.abstract_workflow_store import HandlerQuery
+from workflows.events import Event, StepState, StepStateChanged, StopEvent
 
 from crag.app.server.stores import SqliteRunStore
+from crag.events import StepProgressEvent
 
 
 def _handler(handler_id: str, status: str = "running") -> PersistentHandler:
@@ -24,23 +29,69 @@ def _handler(handler_id: str, status: str = "running") -> PersistentHandler:
     )
 
 
-async def test_a_runs_ticks_are_kept_in_memory_until_it_ends_and_never_written(
+def _envelope(event: Event) -> EventEnvelopeWithMetadata:
+    return EventEnvelopeWithMetadata.from_event(event)
+
+
+async def test_events_are_numbered_per_run_and_engine_internals_are_not_kept(
     tmp_path: Path,
 ) -> None:
-    store = SqliteRunStore(str(tmp_path / "server.db"))
+    path = tmp_path / "server.db"
+    store = SqliteRunStore(str(path))
     await store.update(_handler("a"))
-    await store.append_tick("run-a", {"serialized_tick": {"n": 0}})
-    await store.append_tick("run-a", {"serialized_tick": {"n": 1}})
+    internal = StepStateChanged(
+        step_state=StepState.RUNNING, name="grade", worker_id="0", input_event_name="E"
+    )
+    for event in (
+        StepProgressEvent(step="grade", status="started"),
+        internal,
+        StepProgressEvent(step="grade", status="finished", seconds=0.1),
+    ):
+        await store.append_event("run-a", _envelope(event))
+    await asyncio.sleep(0)  # the loop turn ends: the first store commits
+    reopened = SqliteRunStore(str(path))  # a restart: numbering continues from the file
+    await reopened.append_event("run-a", _envelope(StopEvent(result="done")))
 
-    running = await store.get_ticks("run-a")
-    streamed = [tick async for tick in store.stream_ticks("run-a")]
-    await store.update(_handler("a", status="completed"))
+    kept = await reopened.query_events("run-a")
+    assert [(e.sequence, e.event.type) for e in kept] == [
+        (0, "StepProgressEvent"),
+        (1, "StepProgressEvent"),
+        (2, "StopEvent"),
+    ]
 
-    assert [(t.sequence, t.tick_data["serialized_tick"]["n"]) for t in running] == [(0, 0), (1, 1)]
-    assert streamed == running
-    assert await store.get_ticks("run-a") == []
-    with sqlite3.connect(tmp_path / "server.db") as other:
-        assert other.execute("SELECT COUNT(*) FROM ticks").fetchone() == (0,)
+
+async def test_events_written_together_are_committed_by_the_end_of_the_loop_turn(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "server.db"
+    store = SqliteRunStore(str(path))
+    for n in range(3):
+        await store.append_event(
+            "run-a", _envelope(StepProgressEvent(step=f"s{n}", status="started"))
+        )
+    await asyncio.sleep(0)  # the turn ends
+
+    with sqlite3.connect(path) as other:
+        assert other.execute("SELECT COUNT(*) FROM events").fetchone() == (3,)
+
+
+async def test_on_start_runs_a_previous_process_left_running_are_failed(tmp_path: Path) -> None:
+    """crag serve cannot resume a run mid-way (its state is in memory): it says so."""
+    store = SqliteRunStore(str(tmp_path / "server.db"))
+    old = _handler("old")
+    old.started_at = datetime.now(timezone.utc) - timedelta(minutes=5)
+    await store.update(old)
+    await store.update(_handler("fresh"))  # within the server's grace window: left alone
+    await store.update(_handler("done", status="completed"))
+
+    await store.start()
+
+    found = {h.handler_id: h for h in await store.query(HandlerQuery())}
+    assert (
+        found["old"].status == "failed" and "stopped before the run finished" in found["old"].error
+    )
+    assert found["fresh"].status == "running"
+    assert found["done"].status == "completed"
 
 
 async def test_what_the_store_writes_another_connection_reads_at_once(tmp_path: Path) -> None:

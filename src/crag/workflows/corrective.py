@@ -15,19 +15,16 @@ run never searches. Each step calls one component.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, Field
-from workflows import Context, Workflow, step
+from pydantic import Field
+from workflows import Context, step
 from workflows.events import StopEvent
 
 from crag.config import GraderSettings
-from crag.errors import ConfigError, CragError, QueryError, StepError, redact
+from crag.errors import ConfigError
 from crag.events import (
     CandidatesEvent,
     CragResult,
@@ -38,22 +35,38 @@ from crag.events import (
     RetrievedEvent,
     RewriteQueryEvent,
     RewrittenQueryEvent,
-    StepProgressEvent,
     Verdict,
     WebKnowledgeEvent,
     WebResultsEvent,
     WebSearchNeededEvent,
 )
-from crag.interfaces import Grader, Postprocessor, QueryRewriter, Refiner, Retriever, Synthesizer, WebSearch
+from crag.interfaces import (
+    Grader,
+    Postprocessor,
+    QueryRewriter,
+    Refiner,
+    Retriever,
+    Synthesizer,
+    WebSearch,
+)
 from crag.steps.grading import decide_verdict
 from crag.steps.postprocessing import apply_postprocessors
 from crag.steps.rewriting import KeywordRewriter
 from crag.steps.synthesis import ExtractiveSynthesizer
-from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
+from crag.workflows.base import (
+    MAX_QUERY_CHARS,
+    RecordedState,
+    RecordedWorkflow,
+    check_query,
+    describe,
+    recording,
+    run_sync,
+    run_trace,
+)
 
-MAX_QUERY_CHARS = 4000
+__all__ = ["MAX_QUERY_CHARS", "CorrectiveRAGWorkflow", "RunState", "run_sync"]
+
 _DEFAULT_GRADES = GraderSettings()  # thresholds calibrated on the dev sets (crag calibrate)
-T = TypeVar("T")
 
 # Which refined knowledge synthesis waits for, by verdict.
 _AWAITED = {
@@ -63,18 +76,16 @@ _AWAITED = {
 }
 
 
-class RunState(BaseModel):
+class RunState(RecordedState):
     """What one run remembers between steps (kept in the engine's context store)."""
 
     query: str = ""
     verdict: Verdict | None = None
     grades: list[Grade] = Field(default_factory=list)
     rewritten_query: str | None = None
-    started: float = 0.0
-    records: list[StepRecord] = Field(default_factory=list)
 
 
-class CorrectiveRAGWorkflow(Workflow):
+class CorrectiveRAGWorkflow(RecordedWorkflow):
     """Corrective RAG: grade what was retrieved, and correct course with a web search.
 
     Args:
@@ -90,7 +101,7 @@ class CorrectiveRAGWorkflow(Workflow):
             fails (an LLM that is down), so the run still answers; the result's
             `degraded` list says so. Default: the offline keyword rewriter and extractive
             synthesizer.
-        **kwargs: passed to `Workflow` (e.g. `timeout`).
+        **kwargs: passed to `Workflow` (e.g. `timeout`, 300 s unless given).
     """
 
     def __init__(
@@ -110,7 +121,6 @@ class CorrectiveRAGWorkflow(Workflow):
         fallback_synthesizer: Synthesizer | None = None,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("timeout", 300.0)
         super().__init__(**kwargs)
         if lower > upper:
             raise ConfigError(f"lower threshold ({lower}) must not exceed upper ({upper})")
@@ -126,21 +136,16 @@ class CorrectiveRAGWorkflow(Workflow):
         self.speculative_rewrite = speculative_rewrite
         self.fallback_rewriter = fallback_rewriter or KeywordRewriter()
         self.fallback_synthesizer = fallback_synthesizer or ExtractiveSynthesizer()
-        install_llm_call_counter()
 
     @step
     async def retrieve(
         self, ctx: Context[RunState], ev: QueryStartEvent
     ) -> CandidatesEvent | RewriteQueryEvent:
         """Find candidate chunks in the user's documents."""
-        query = " ".join(ev.query.split())
-        if not query:
-            raise QueryError("The question is empty; ask something.")
-        if len(query) > MAX_QUERY_CHARS:
-            raise QueryError(f"The question is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}.")
-        async with ctx.store.edit_state() as state:
+        query = check_query(ev.query)
+        async with ctx.store.edit_state() as state:  # the first write: nothing to copy yet
             state.query, state.started = query, perf_counter()
-        async with _recording(ctx, "retrieve", ev) as record:
+        async with recording(ctx, "retrieve", ev) as record:
             if self.speculative_rewrite:
                 ctx.send_event(record.emit(RewriteQueryEvent(query=query)))
             chunks = await self.retriever.retrieve(query)
@@ -149,7 +154,7 @@ class CorrectiveRAGWorkflow(Workflow):
     @step
     async def postprocess(self, ctx: Context[RunState], ev: CandidatesEvent) -> RetrievedEvent:
         """Run the postprocessing stages on the candidates, in order (none: pass them on)."""
-        async with _recording(ctx, "postprocess", ev) as record:
+        async with recording(ctx, "postprocess", ev) as record:
             chunks = await apply_postprocessors(self.postprocessors, ev.query, ev.chunks)
             return record.emit(RetrievedEvent(query=ev.query, chunks=chunks))
 
@@ -158,11 +163,11 @@ class CorrectiveRAGWorkflow(Workflow):
         self, ctx: Context[RunState], ev: RetrievedEvent
     ) -> RefineInternalEvent | WebSearchNeededEvent | RewriteQueryEvent:
         """Score every chunk and decide Correct, Incorrect or Ambiguous."""
-        async with _recording(ctx, "grade", ev) as record:
+        async with recording(ctx, "grade", ev) as record:
             grades = await self.grader.grade(ev.query, ev.chunks)
             verdict = decide_verdict(grades, self.upper, self.lower)
-            async with ctx.store.edit_state() as state:
-                state.grades, state.verdict = list(grades), verdict
+            await ctx.store.set("grades", list(grades))
+            await ctx.store.set("verdict", verdict)
             fallbacks = [g for g in grades if g.note]
             if fallbacks:
                 record.degraded = f"{len(fallbacks)} of {len(grades)} grades by a fallback ({fallbacks[0].note})"
@@ -180,18 +185,18 @@ class CorrectiveRAGWorkflow(Workflow):
     @step
     async def refine_internal(self, ctx: Context[RunState], ev: RefineInternalEvent) -> InternalKnowledgeEvent:
         """Keep the relevant strips of the kept internal chunks."""
-        async with _recording(ctx, "refine_internal", ev) as record:
+        async with recording(ctx, "refine_internal", ev) as record:
             strips = await self.refiner.refine(ev.query, ev.chunks)
             return record.emit(InternalKnowledgeEvent(strips=strips))
 
     @step
     async def rewrite(self, ctx: Context[RunState], ev: RewriteQueryEvent) -> RewrittenQueryEvent:
         """Turn the question into a web search query."""
-        async with _recording(ctx, "rewrite", ev) as record:
+        async with recording(ctx, "rewrite", ev) as record:
             try:
                 search_query = await self.rewriter.rewrite(ev.query)
             except Exception as exc:  # noqa: BLE001 - any rewriter failure has the same remedy
-                record.degraded = f"rewriter failed ({_describe(exc)}); used keywords"
+                record.degraded = f"rewriter failed ({describe(exc)}); used keywords"
                 search_query = await self.fallback_rewriter.rewrite(ev.query)
             await ctx.store.set("rewritten_query", search_query)
             return record.emit(RewrittenQueryEvent(query=ev.query, search_query=search_query))
@@ -205,20 +210,20 @@ class CorrectiveRAGWorkflow(Workflow):
         if ready is None:
             return None
         rewritten, needed = ready
-        async with _recording(ctx, "web_search", ev) as record:
+        async with recording(ctx, "web_search", ev) as record:
             record.search_calls += 1
             try:
                 results = await self.searcher.search(rewritten.search_query)
             except Exception as exc:  # noqa: BLE001 - a search outage must not lose the run
                 # Ambiguous runs already use internal knowledge; Incorrect ones fall back to it.
                 results = needed.fallback
-                record.degraded = f"web search failed ({_describe(exc)}); answered from internal knowledge"
+                record.degraded = f"web search failed ({describe(exc)}); answered from internal knowledge"
             return record.emit(WebResultsEvent(query=rewritten.query, results=results))
 
     @step
     async def refine_web(self, ctx: Context[RunState], ev: WebResultsEvent) -> WebKnowledgeEvent:
         """Keep the relevant strips of the web results."""
-        async with _recording(ctx, "refine_web", ev) as record:
+        async with recording(ctx, "refine_web", ev) as record:
             strips = await self.refiner.refine(ev.query, ev.results)
             return record.emit(WebKnowledgeEvent(strips=strips))
 
@@ -232,22 +237,17 @@ class CorrectiveRAGWorkflow(Workflow):
         if ready is None:
             return None
         strips = [s for knowledge in ready for s in knowledge.strips]
-        async with _recording(ctx, "synthesize", ev) as record:
+        async with recording(ctx, "synthesize", ev) as record:
             try:
                 answer, sources = await self.synthesizer.synthesize(state.query, strips)
                 if not answer.strip():
                     raise ValueError("it returned an empty answer")
             except Exception as exc:  # noqa: BLE001 - any synthesizer failure has the same remedy
-                record.degraded = f"synthesizer failed ({_describe(exc)}); extractive answer"
+                record.degraded = f"synthesizer failed ({describe(exc)}); extractive answer"
                 answer, sources = await self.fallback_synthesizer.synthesize(state.query, strips)
             record.output_events.append(StopEvent.__name__)
         state = await ctx.store.get_state()
-        trace = RunTrace(
-            query=state.query,
-            verdict=state.verdict.value,
-            seconds=perf_counter() - state.started,
-            steps=sorted(state.records, key=lambda r: r.started),
-        )
+        trace = run_trace(state, state.query, state.verdict.value)
         return StopEvent(
             result=CragResult(
                 query=state.query,
@@ -262,58 +262,3 @@ class CorrectiveRAGWorkflow(Workflow):
                 degraded=trace.degraded,
             )
         )
-
-    def ask(self, query: str) -> CragResult:
-        """Run synchronously; works inside a running event loop too (e.g. a notebook cell)."""
-        return run_sync(lambda: self.run(query=query))
-
-
-@asynccontextmanager
-async def _recording(ctx: Context[RunState], name: str, ev: Any) -> AsyncIterator[StepRecord]:
-    """Record the step's work in the run's trace, and announce it on the event stream.
-
-    LLM calls made inside the block are counted on the record; the block marks the
-    events it emits with `record.emit(event)`.
-    """
-    ctx.write_event_to_stream(StepProgressEvent(step=name, status="started"))
-    started = await ctx.store.get("started")
-    record = StepRecord(name=name, input_event=type(ev).__name__, started=perf_counter() - started)
-    try:
-        with attributing_calls_to(record):
-            yield record
-    except CragError as exc:
-        record.error = _describe(exc)
-        raise
-    except Exception as exc:
-        record.error = _describe(exc)
-        raise StepError(name, exc) from exc
-    finally:
-        record.ended = perf_counter() - started
-        async with ctx.store.edit_state() as state:
-            state.records.append(record)
-        ctx.write_event_to_stream(
-            StepProgressEvent(step=name, status="finished", seconds=record.seconds, record=record)
-        )
-
-
-def _describe(exc: BaseException) -> str:
-    """One line for the trace and `degraded`, without API keys (an error body may echo one)."""
-    return redact(f"{type(exc).__name__}: {exc}")[:300]
-
-
-def run_sync(start: Callable[[], Awaitable[T]]) -> T:
-    """Run `start()` to completion from synchronous code, with or without a running loop.
-
-    Inside a running loop (Jupyter), the work runs on a fresh loop in a worker thread
-    rather than patching the running loop re-entrantly as nest_asyncio does.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(_await(start))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, _await(start)).result()
-
-
-async def _await(start: Callable[[], Awaitable[T]]) -> T:
-    return await start()

@@ -10,32 +10,25 @@ the grading and the corrective actions alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
 from llama_index.core.schema import NodeWithScore
-from pydantic import BaseModel, Field
-from workflows import Context, Workflow, step
+from workflows import Context, step
 from workflows.events import StopEvent
 
-from crag.errors import QueryError
 from crag.events import CandidatesEvent, CragResult, QueryStartEvent, RetrievedEvent, Strip, Verdict
 from crag.interfaces import Postprocessor, Refiner, Retriever, Synthesizer
 from crag.steps.postprocessing import apply_postprocessors
-from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
-from crag.workflows.corrective import MAX_QUERY_CHARS, run_sync
+from crag.workflows.base import RecordedState, RecordedWorkflow, check_query, recording, run_trace
 
 
-class PlainRunState(BaseModel):
-    """What one plain run remembers between its steps."""
-
-    started: float = 0.0
-    records: list[StepRecord] = Field(default_factory=list)
+class PlainRunState(RecordedState):
+    """What one plain run remembers between its steps: when it started, and its records."""
 
 
-class PlainRAGWorkflow(Workflow):
+class PlainRAGWorkflow(RecordedWorkflow):
     """Retrieve-then-synthesize, with no grading and no web search.
 
     An extractive synthesizer picks sentences, not passages, so it needs the retrieved
@@ -44,8 +37,8 @@ class PlainRAGWorkflow(Workflow):
     An LLM synthesizer reads whole chunks: leave `reader` out and each chunk is one strip.
 
     The result is a `CragResult` whose verdict is always Correct (retrieval is trusted)
-    and whose grades are empty (nothing was graded); its trace counts LLM calls as the
-    corrective workflow's does.
+    and whose grades are empty (nothing was graded); its trace counts LLM calls, and its
+    steps report their progress on the event stream, as the corrective workflow's do.
 
     Args:
         retriever: finds the chunks.
@@ -53,7 +46,7 @@ class PlainRAGWorkflow(Workflow):
         reader: cuts chunks into scored strips for the synthesizer; None passes whole chunks.
         postprocessors: stages run in order on the retrieved chunks, as in the corrective
             workflow; none passes them through.
-        **kwargs: passed to `Workflow` (e.g. `timeout`).
+        **kwargs: passed to `Workflow` (e.g. `timeout`, 300 s unless given).
     """
 
     def __init__(
@@ -65,59 +58,39 @@ class PlainRAGWorkflow(Workflow):
         postprocessors: Sequence[Postprocessor] = (),
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("timeout", 300.0)
         super().__init__(**kwargs)
         self.retriever = retriever
         self.synthesizer = synthesizer
         self.reader = reader
         self.postprocessors = list(postprocessors)
-        install_llm_call_counter()
 
     @step
     async def retrieve(self, ctx: Context[PlainRunState], ev: QueryStartEvent) -> CandidatesEvent:
         """Find candidate chunks in the user's documents."""
-        query = " ".join(ev.query.split())
-        if not query:
-            raise QueryError("The question is empty; ask something.")
-        if len(query) > MAX_QUERY_CHARS:
-            raise QueryError(
-                f"The question is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}."
-            )
-        started = perf_counter()
-        with _recording("retrieve", ev, started, started) as record:
+        query = check_query(ev.query)
+        await ctx.store.set("started", perf_counter())
+        async with recording(ctx, "retrieve", ev) as record:
             chunks = await self.retriever.retrieve(query)
-            out = record.emit(CandidatesEvent(query=query, chunks=chunks))
-        async with ctx.store.edit_state() as state:
-            state.started = started
-            state.records.append(record)
-        return out
+            return record.emit(CandidatesEvent(query=query, chunks=chunks))
 
     @step
     async def postprocess(self, ctx: Context[PlainRunState], ev: CandidatesEvent) -> RetrievedEvent:
         """Run the postprocessing stages on the candidates, in order (none: pass them on)."""
-        state = await ctx.store.get_state()
-        with _recording("postprocess", ev, state.started, perf_counter()) as record:
+        async with recording(ctx, "postprocess", ev) as record:
             chunks = await apply_postprocessors(self.postprocessors, ev.query, ev.chunks)
-            out = record.emit(RetrievedEvent(query=ev.query, chunks=chunks))
-        async with ctx.store.edit_state() as state:
-            state.records.append(record)
-        return out
+            return record.emit(RetrievedEvent(query=ev.query, chunks=chunks))
 
     @step
     async def synthesize(self, ctx: Context[PlainRunState], ev: RetrievedEvent) -> StopEvent:
         """Answer from every retrieved chunk."""
-        state = await ctx.store.get_state()
-        with _recording("synthesize", ev, state.started, perf_counter()) as record:
+        async with recording(ctx, "synthesize", ev) as record:
             if self.reader is not None:
                 strips = await self.reader.refine(ev.query, ev.chunks)
             else:
                 strips = [_whole_chunk(c) for c in ev.chunks]
             answer, sources = await self.synthesizer.synthesize(ev.query, strips)
             record.output_events.append(StopEvent.__name__)
-        steps = [*state.records, record]
-        trace = RunTrace(
-            query=ev.query, verdict=None, seconds=perf_counter() - state.started, steps=steps
-        )
+        trace = run_trace(await ctx.store.get_state(), ev.query, verdict=None)
         return StopEvent(
             result=CragResult(
                 query=ev.query,
@@ -125,26 +98,11 @@ class PlainRAGWorkflow(Workflow):
                 verdict=Verdict.CORRECT,
                 grades=[],
                 sources=sources,
-                timings={r.name: round(r.seconds, 6) for r in steps},
+                timings={r.name: round(r.seconds, 6) for r in trace.steps},
                 steps=trace.step_names(),
                 trace=trace,
             )
         )
-
-    def ask(self, query: str) -> CragResult:
-        """Run synchronously; works inside a running event loop too."""
-        return run_sync(lambda: self.run(query=query))
-
-
-@contextmanager
-def _recording(name: str, ev: Any, run_started: float, started: float) -> Iterator[StepRecord]:
-    """A trace record of one step, with the LLM calls made inside the block counted on it."""
-    record = StepRecord(name=name, input_event=type(ev).__name__, started=started - run_started)
-    try:
-        with attributing_calls_to(record):
-            yield record
-    finally:
-        record.ended = perf_counter() - run_started
 
 
 def _whole_chunk(chunk: NodeWithScore) -> Strip:

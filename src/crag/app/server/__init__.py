@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from llama_agents.server import WorkflowServer
 from starlette.middleware import Middleware
+from workflows.plugins.basic import BasicRuntime
 
 from crag.config import Settings
 from crag.errors import register_secret
@@ -68,7 +69,12 @@ def build_server(
     middleware = [Middleware(QueryCheckMiddleware)]
     if key:
         middleware.insert(0, Middleware(ApiKeyMiddleware, api_key=key))  # outermost: checked first
-    server = WorkflowServer(workflow_store=store.store, middleware=middleware)
+    # The engine's basic runtime, not the server's default stack: that one serialises every
+    # tick of a run twice (to persist it, then for a no-op hook) so that a run can resume
+    # mid-way after a restart, which a crag run cannot (its state stays in memory; see
+    # stores.py), and watches for idle runs, which a crag run never is. 8 ms of server CPU
+    # per question of 58 (benchmarks/throughput.py). Cut-off runs are marked failed on start.
+    server = WorkflowServer(workflow_store=store.store, middleware=middleware, runtime=BasicRuntime())
     server.add_workflow(WORKFLOW_NAME, workflow)
     # Ahead of the server's routes, so crag's /health (which says more) answers, not its own.
     server.app.router.routes[:0] = crag_routes(workflow, index, store.store, store.kind, auth=bool(key))

@@ -11,33 +11,64 @@ resuming mid-run. (`RunState` itself round-trips through JSON; this is about cos
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from llama_agents.client.protocol.serializable_events import EventEnvelopeWithMetadata
 from llama_agents.server import AbstractWorkflowStore, PersistentHandler, SqliteWorkflowStore
-from llama_agents.server._store.abstract_workflow_store import StoredTick, is_terminal_status
+from llama_agents.server._runtime.persistence_runtime import RESUME_FRESH_HANDLER_GRACE
+from llama_agents.server._store.abstract_workflow_store import HandlerQuery, is_terminal_status
 from llama_agents.server._store.postgres_workflow_store import PostgresWorkflowStore
 from workflows.context.serializers import BaseSerializer
 from workflows.context.state_store import DictState, InMemoryStateStore
+from workflows.events import (
+    InternalDispatchEvent,
+    StopEvent,
+    WorkflowCancelledEvent,
+    WorkflowFailedEvent,
+    WorkflowTimedOutEvent,
+)
 
 from crag.config import Settings
 from crag.errors import ConfigError, register_secret
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+INTERRUPTED = "the server stopped before the run finished; ask again"
+INTERNAL_EVENT = InternalDispatchEvent.__name__
+TERMINAL_EVENTS = frozenset(
+    e.__name__ for e in (WorkflowFailedEvent, WorkflowCancelledEvent, WorkflowTimedOutEvent)
+)
 
 
 class _RunStateInMemory:
     """Keeps each run's step-to-step state in memory (see the module docstring), held until
-    the run ends (the base class holds it weakly, for stores that reload it from storage)."""
+    the run ends (the base class holds it weakly, for stores that reload it from storage),
+    and marks the runs a previous process left unfinished as failed when the server starts.
+
+    `crag serve` runs its workflow on the engine's basic runtime, without the server's tick
+    persistence (see `build_server`): nothing can resume a run mid-way, so on start a run
+    still marked running, begun before the grace window the server itself uses, failed.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._state_store_cache = {}
+
+    async def start(self) -> None:
+        await super().start()  # type: ignore[misc]
+        cutoff = datetime.now(timezone.utc) - RESUME_FRESH_HANDLER_GRACE
+        running = await self.query(HandlerQuery(status_in=["running"]))  # type: ignore[attr-defined]
+        for handler in running:
+            if handler.run_id and (handler.started_at is None or handler.started_at < cutoff):
+                await self.update_handler_status(  # type: ignore[attr-defined]
+                    handler.run_id, status="failed", error=INTERRUPTED
+                )
 
     async def update(self, handler: PersistentHandler) -> None:
         await super().update(handler)  # type: ignore[misc]
@@ -57,45 +88,64 @@ class _RunStateInMemory:
 class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
     """The server's SQLite store, run state in memory, one connection for the store's life.
 
-    The base class opens, commits and closes a connection for every event and tick a run
-    streams (about 50 per run), on the event loop's thread; the open and the commit's fsync
-    dominated the server's time under load. Its `single_connection` mode avoids that but
-    turns file locking off, so a second process opening the file could corrupt it; this
-    connection keeps SQLite's normal locking.
+    The base class opens, commits and closes a connection for every event a run streams,
+    on the event loop's thread; the open and the commit's fsync dominated the server's time
+    under load. Its `single_connection` mode avoids that but turns file locking off, so a
+    second process opening the file could corrupt it; this connection keeps SQLite's normal
+    locking.
 
-    A run's ticks (the engine's step-by-step log, about 17 per run, each a serialized
-    event) stay in memory until the run ends, not in the file: the server reads them only
-    to see that a run has started and to rebuild a run mid-way (after a restart, or to
-    reload an idle one), and a crag run cannot be rebuilt mid-way since its state is in
-    memory too. After a restart, a run that was cut off reads as failed, not resumed.
+    Events: the engine's internal ones (`StepStateChanged`, two per step) are not kept:
+    crag's own `StepProgressEvent`s say the same and more, and they were half of every
+    run's writes (`GET /events/{id}?include_internal=true` therefore adds nothing). A
+    run's next sequence number is counted in memory, not read back per event, and the
+    events written in one turn of the event loop are committed together.
     """
 
     def __init__(self, db_path: str) -> None:
         super().__init__(db_path)  # migrations (and WAL) on a connection of their own
         self._connection = _long_lived_connection(db_path)
-        self._ticks: dict[str, list[StoredTick]] = {}
+        self._sequences: dict[str, int] = {}
+        self._commit_pending = False
 
-    async def update(self, handler: PersistentHandler) -> None:
-        await super().update(handler)
-        if handler.run_id and is_terminal_status(handler.status):
-            self._ticks.pop(handler.run_id, None)
-
-    async def append_tick(self, run_id: str, tick_data: dict[str, Any]) -> None:
-        ticks = self._ticks.setdefault(run_id, [])
-        now = datetime.now(timezone.utc)
-        ticks.append(
-            StoredTick(run_id=run_id, sequence=len(ticks), timestamp=now, tick_data=tick_data)
+    async def append_event(self, run_id: str, event: EventEnvelopeWithMetadata) -> None:
+        types = event.types or ()
+        if INTERNAL_EVENT in types:
+            return
+        sequence = self._sequences.get(run_id)
+        if sequence is None:
+            row = self._connection.execute(
+                "SELECT MAX(sequence) FROM events WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            sequence = -1 if row[0] is None else row[0]
+        self._connection.execute(
+            "INSERT INTO events (run_id, sequence, timestamp, event_json) "
+            "VALUES (?, ?, CURRENT_TIMESTAMP, ?)",
+            (run_id, sequence + 1, event.model_dump_json()),
         )
+        if StopEvent.__name__ in types or event.type in TERMINAL_EVENTS:
+            self._sequences.pop(run_id, None)
+        else:
+            self._sequences[run_id] = sequence + 1
+        self._commit_soon()
+        condition = self._conditions.get(run_id)
+        if condition is not None:
+            async with condition:
+                condition.notify_all()
 
-    async def get_ticks(self, run_id: str) -> list[StoredTick]:
-        return list(self._ticks.get(run_id, ()))
+    def _commit_soon(self) -> None:
+        """Commit at the end of this turn of the event loop, with whatever else it wrote."""
+        if not self._commit_pending:
+            self._commit_pending = True
+            asyncio.get_running_loop().call_soon(self._commit)
 
-    async def stream_ticks(self, run_id: str) -> AsyncIterator[StoredTick]:
-        for tick in await self.get_ticks(run_id):
-            yield tick
+    def _commit(self) -> None:
+        self._commit_pending = False
+        self._connection.commit()
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        if self._commit_pending:
+            self._commit()  # so that a rollback below cannot take the events with it
         try:
             yield self._connection
         except BaseException:
@@ -104,6 +154,8 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
 
     def close(self) -> None:
         """Close the connection (the store cannot be used afterwards)."""
+        if self._commit_pending:
+            self._commit()
         self._connection.close()
 
 
@@ -148,7 +200,9 @@ def store_for(settings: Settings) -> StoreChoice:
         )
     path = Path(target)
     if path.is_dir():
-        raise ConfigError(f"server.store {path} is a folder; give a SQLite file such as {path / 'server.db'}.")
+        raise ConfigError(
+            f"server.store {path} is a folder; give a SQLite file such as {path / 'server.db'}."
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     return StoreChoice(SqliteRunStore(str(path)), "sqlite", str(path))
 

@@ -13,7 +13,7 @@ import re
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crag.workflows.corrective import MAX_QUERY_CHARS
+from crag.workflows.base import MAX_QUERY_CHARS
 
 RUN_PATH = re.compile(r"^/workflows/[^/]+/run(?:-nowait)?$")
 

@@ -1,0 +1,144 @@
+"""What the corrective and plain workflows share: the query check, each step's trace record,
+the run's trace, and `ask`.
+
+    class MyWorkflow(RecordedWorkflow):
+        @step
+        async def answer(self, ctx: Context[RecordedState], ev: QueryStartEvent) -> StopEvent:
+            query = check_query(ev.query)
+            await ctx.store.set("started", perf_counter())
+            async with recording(ctx, "answer", ev) as record:
+                ...
+            trace = run_trace(await ctx.store.get_state(), query, verdict=None)
+
+A step's record is written under its own key of the run state (`ctx.store.set`), which
+copies two containers; an `edit_state` block would deep-copy every record and grade so far,
+once per step. Each step also reads the run's start from the state once. See
+benchmarks/throughput.py for what a run costs the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from time import perf_counter
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, Field
+from workflows import Context, Workflow
+
+from crag.errors import CragError, QueryError, StepError, redact
+from crag.events import CragResult, StepProgressEvent
+from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
+
+MAX_QUERY_CHARS = 4000
+T = TypeVar("T")
+
+
+class RecordedState(BaseModel):
+    """What every run remembers between steps: when it started and each step's record."""
+
+    started: float = 0.0
+    records: dict[str, StepRecord] = Field(default_factory=dict)
+
+
+class RecordedWorkflow(Workflow):
+    """A workflow whose runs record a trace; `ask` runs one synchronously.
+
+    Args:
+        **kwargs: passed to `Workflow` (e.g. `timeout`, 300 s unless given).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("timeout", 300.0)
+        super().__init__(**kwargs)
+        install_llm_call_counter()
+
+    def ask(self, query: str) -> CragResult:
+        """Run synchronously; works inside a running event loop too (e.g. a notebook cell)."""
+        return run_sync(lambda: self.run(query=query))
+
+    def _get_steps(self) -> dict[str, Any]:
+        # The engine looks the steps up (inspect.getmembers over the whole instance) each
+        # time a step runs: about 0.2 ms, eight times a run. They change only when a step is
+        # added to the class, which bumps the class's version.
+        version = type(self)._step_functions_version
+        cached = self.__dict__.get("_crag_steps")
+        if cached is None or cached[0] != version:
+            cached = (version, super()._get_steps())
+            self.__dict__["_crag_steps"] = cached
+        return dict(cached[1])
+
+
+def check_query(query: str) -> str:
+    """The question with its whitespace collapsed; QueryError if empty or too long."""
+    words = " ".join(query.split())
+    if not words:
+        raise QueryError("The question is empty; ask something.")
+    if len(words) > MAX_QUERY_CHARS:
+        raise QueryError(
+            f"The question is {len(words)} characters long; the limit is {MAX_QUERY_CHARS}."
+        )
+    return words
+
+
+@asynccontextmanager
+async def recording(ctx: Context[Any], name: str, ev: Any) -> AsyncIterator[StepRecord]:
+    """Record the step's work in the run's trace, and announce it on the event stream.
+
+    LLM calls made inside the block are counted on the record; the block marks the
+    events it emits with `record.emit(event)`. A component's error other than a
+    `CragError` becomes a `StepError` naming the step.
+    """
+    ctx.write_event_to_stream(StepProgressEvent(step=name, status="started"))
+    started = await ctx.store.get("started")
+    record = StepRecord(name=name, input_event=type(ev).__name__, started=perf_counter() - started)
+    try:
+        with attributing_calls_to(record):
+            yield record
+    except CragError as exc:
+        record.error = describe(exc)
+        raise
+    except Exception as exc:
+        record.error = describe(exc)
+        raise StepError(name, exc) from exc
+    finally:
+        record.ended = perf_counter() - started
+        await ctx.store.set(f"records.{name}", record)
+        ctx.write_event_to_stream(
+            StepProgressEvent(step=name, status="finished", seconds=record.seconds, record=record)
+        )
+
+
+def run_trace(state: RecordedState, query: str, verdict: str | None) -> RunTrace:
+    """The run's trace from the records its steps wrote, in the order they started."""
+    return RunTrace(
+        query=query,
+        verdict=verdict,
+        seconds=perf_counter() - state.started,
+        steps=sorted(state.records.values(), key=lambda r: r.started),
+    )
+
+
+def describe(exc: BaseException) -> str:
+    """One line for the trace and `degraded`, without API keys (an error body may echo one)."""
+    return redact(f"{type(exc).__name__}: {exc}")[:300]
+
+
+def run_sync(start: Callable[[], Awaitable[T]]) -> T:
+    """Run `start()` to completion from synchronous code, with or without a running loop.
+
+    Inside a running loop (Jupyter), the work runs on a fresh loop in a worker thread
+    rather than patching the running loop re-entrantly as nest_asyncio does.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(start))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _await(start)).result()
+
+
+async def _await(start: Callable[[], Awaitable[T]]) -> T:
+    return await start()
