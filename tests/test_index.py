@@ -201,3 +201,18 @@ def test_missing_paths_and_empty_folders_are_errors(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(IngestError, match="No .txt"):
         ingest([tmp_path / "empty"], tmp_path / "index")
+
+
+def test_markdown_headings_become_titles_and_sections_never_text(tmp_path: Path) -> None:
+    (tmp_path / "gadgets.md").write_text(
+        "# Gadgets\n\nWe sell gadgets.\n\n## Beta\n\nBeta gadgets are red and cost 40 euros.\n\n"
+        "```\n# a comment in code, not a heading\n```\n"
+    )
+    ingest([tmp_path / "gadgets.md"], tmp_path / "index")
+    chunks = list(ChunkIndex.load(tmp_path / "index").nodes)
+    assert {c.metadata["title"] for c in chunks} == {"Gadgets"}
+    beta = next(c for c in chunks if "red" in c.get_content())
+    assert beta.metadata["section"] == "Gadgets / Beta" and "# a comment in code" in beta.get_content()
+    assert not any(line.startswith(("# Gadgets", "## Beta")) for c in chunks for line in c.get_content().splitlines())
+    answer = build_workflow(Settings.load(env={}, index={"path": tmp_path / "index"})).ask("What do Beta gadgets cost?")
+    assert "40 euros" in answer.answer and "# Gadgets" not in answer.answer and "## Beta" not in answer.answer

@@ -45,13 +45,49 @@ def read_documents(path: Path) -> Iterator[Document]:
     if suffix == ".jsonl":
         yield from _jsonl_documents(path, text)
         return
+    if suffix in (".md", ".markdown"):
+        yield from _markdown_documents(path, text)
+        return
+    title = path.stem
     if suffix in (".html", ".htm"):
         title, text = _html_text(text)
-    else:
-        heading = re.match(r"\s*#\s+(.+)", text) if suffix in (".md", ".markdown") else None
-        title = heading.group(1).strip() if heading else path.stem
+        title = title or path.stem
     if text.strip():
         yield Document(text=text, id_=str(path), metadata={"title": title, "file": str(path)})
+
+
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+
+
+def _markdown_documents(path: Path, text: str) -> Iterator[Document]:
+    """One document per section: headings become metadata (the file's title, the section's
+    heading path), never text, so "# Beta" cannot reach an answer as a sentence."""
+    sections: list[tuple[list[str], list[str]]] = [([], [])]
+    trail: list[tuple[int, str]] = []  # (level, heading) of the enclosing headings
+    fenced = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        heading = None if fenced else _HEADING.match(line)
+        if heading is None:
+            sections[-1][1].append(line)
+            continue
+        level = len(heading.group(1))
+        trail = [(lv, h) for lv, h in trail if lv < level] + [(level, heading.group(2).strip())]
+        sections.append(([h for _, h in trail], []))
+    headings = [h for trail_, _ in sections for h in trail_[-1:]]
+    title = headings[0] if headings else path.stem
+    number = 0
+    for trail_, lines in sections:
+        body = "\n".join(lines).strip()
+        if not body:
+            continue
+        metadata = {"title": title, "file": str(path)}
+        if trail_ and trail_ != [title]:
+            metadata["section"] = " / ".join(trail_)
+        yield Document(text=body, id_=str(path) if number == 0 else f"{path}#{number}", metadata=metadata)
+        number += 1
 
 
 def _jsonl_documents(path: Path, text: str) -> Iterator[Document]:

@@ -97,7 +97,7 @@ class LexicalEvaluator:
         return [
             Grade(
                 chunk_id=c.node.node_id,
-                score=self.score(query, c.node.get_content(), c.node.metadata.get("title")),
+                score=self.score(query, c.node.get_content(), context_of(c.node.metadata)),
                 grader=self.name,
             )
             for c in chunks
@@ -166,3 +166,9 @@ class LLMGrader:
                 return fallback.model_copy(update={"note": f"LLM grade unusable ({reason}); used {fallback.grader}"})
 
         return list(await asyncio.gather(*(one(c) for c in chunks)))
+
+
+def context_of(metadata: dict) -> str | None:
+    """What names a chunk's subject besides its text: the title, and a Markdown section's headings."""
+    parts = [metadata.get("title"), metadata.get("section")]
+    return " ".join(p for p in parts if p) or None

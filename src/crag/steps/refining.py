@@ -8,7 +8,7 @@ from llama_index.core.schema import NodeWithScore
 
 from crag._offload import off_loop, warm_up
 from crag.events import Strip
-from crag.steps.grading import LexicalEvaluator
+from crag.steps.grading import LexicalEvaluator, context_of
 from crag.text import sentences
 
 
@@ -47,7 +47,7 @@ class StripRefiner:
                         text=sentence,
                         source_id=chunk.node.node_id,
                         kind=kind,
-                        score=self.evaluator.score(query, sentence, meta.get("title"), split=False),
+                        score=self.evaluator.score(query, sentence, context_of(meta), split=False),
                         doc_id=meta.get("doc_id") or chunk.node.ref_doc_id,
                         title=meta.get("title"),
                         url=meta.get("url"),
