@@ -204,8 +204,10 @@ class LexicalIndex:
     def _reading(self, what: str) -> Iterator[None]:
         try:
             yield
-        except (ValueError, OSError, EOFError, KeyError, TypeError) as exc:  # also JSON and UnicodeDecode errors
-            raise IndexNotFoundError(self._damaged.format(what=f"{what}: {exc}")) from None
+        except IndexNotFoundError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a damaged .npy header alone raises ValueError, SyntaxError, TokenError...
+            raise IndexNotFoundError(self._damaged.format(what=f"{what}: {type(exc).__name__}")) from None
 
     def _chunks(self) -> int:
         return len(np.load(self.folder / "terms.indptr.npy", mmap_mode="r")) - 1

@@ -60,7 +60,7 @@ class NodeFile(Sequence[TextNode]):
 
     def __init__(self, folder: Path, damaged: str) -> None:
         self._file = folder / "nodes.jsonl"
-        self._offsets = np.load(folder / "offsets.npy", mmap_mode="r")
+        self._offsets = _read_array(folder / "offsets.npy")
         self._damaged = damaged  # the error message, with "{what}" to fill in
         self._fd: int | None = None
 
@@ -233,8 +233,8 @@ class ChunkIndex:
             embeddings = _read_embeddings(version / "embeddings.npy")
             nodes = NodeFile(version, f"The index at {path} is unreadable ({{what}}); {rebuild}")
             summaries = _read_summaries(version / "summaries.json")
-            lexical_count = len(np.load(version / "lexical" / "terms.indptr.npy", mmap_mode="r")) - 1
-        except (ValueError, OSError, EOFError) as exc:
+            lexical_count = len(_read_array(version / "lexical" / "terms.indptr.npy")) - 1
+        except (ValueError, OSError, EOFError, TypeError) as exc:
             raise IndexNotFoundError(f"The index at {path} is unreadable ({_reason(exc)}); {rebuild}") from None
         problem = _consistency_problem(version, manifest, embeddings, len(nodes), lexical_count)
         if problem:
@@ -290,7 +290,8 @@ class ChunkIndex:
         self.vectors, self.path, self.version = vectors, path, path / f"v{number}"
 
 
-CHECKED_FILES = ("nodes.jsonl", "offsets.npy", "embeddings.npy")
+CHECKED_FILES = ("nodes.jsonl", "offsets.npy", "embeddings.npy",
+                 "lexical/terms.ids.npy", "lexical/terms.indptr.npy", "lexical/vocab.json")
 
 
 def _sha256(file: Path) -> str:
@@ -397,14 +398,19 @@ def _read_manifest(file: Path) -> dict[str, Any]:
 
 
 def _read_embeddings(file: Path) -> np.ndarray:
+    return _read_array(file)
+
+
+def _read_array(file: Path) -> np.ndarray:
+    """A memory-mapped .npy; ValueError naming the file when it is missing or damaged."""
     try:
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
-        raise ValueError("embeddings.npy is missing") from None
+        raise ValueError(f"{file.name} is missing") from None
     except OSError:
         raise
     except Exception:  # noqa: BLE001 - a damaged header raises ValueError, EOFError, TokenError, SyntaxError...
-        raise ValueError("embeddings.npy is not a NumPy array file") from None
+        raise ValueError(f"{file.name} is not a NumPy array file") from None
 
 
 def _read_summaries(file: Path) -> dict[str, str]:
@@ -426,8 +432,9 @@ def _consistency_problem(version: Path, manifest: dict, embeddings: np.ndarray, 
     counts = {"manifest": manifest.get("chunks"), "chunks": nodes, "embeddings": embeddings.shape[0], "lexical": lexical}
     if len(set(counts.values())) > 1:
         return ", ".join(f"{k} {v}" for k, v in counts.items())
-    offsets = np.load(version / "offsets.npy", mmap_mode="r")
-    if offsets.ndim != 1 or offsets.dtype != np.int64 or int(offsets[0]) != 0 or np.any(np.diff(offsets) <= 0):
+    offsets = _read_array(version / "offsets.npy")
+    if offsets.ndim != 1 or offsets.dtype != np.int64 or not len(offsets) or int(offsets[0]) != 0 \
+            or np.any(np.diff(offsets) <= 0):
         return "offsets.npy is damaged"
     if (version / "nodes.jsonl").stat().st_size != int(offsets[-1]):
         return "nodes.jsonl is not the length its offsets say"
