@@ -209,6 +209,41 @@ class _CheckedReplies:
                 clients[loop] = client
         return client
 
+    async def _achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        """llama-index's call, less the openai SDK's per-call pass over the request's typed
+        dicts: `chat.completions.create` checks its required arguments and "transforms" the
+        body, which for text chat messages changes nothing. The same body goes to the same
+        path through the same client, with its retries, timeouts, errors and reply parsing.
+        0.45 ms of client CPU per call of 2.9 (benchmarks/model_client.py, 700 in flight);
+        seven calls a question.
+        """
+        from llama_index.llms.openai.utils import (
+            from_openai_message,
+            from_openai_token_logprobs,
+            to_openai_message_dicts,
+        )
+        from openai.types.chat import ChatCompletion
+
+        body = {
+            "messages": to_openai_message_dicts(messages, model=self.model),  # type: ignore[attr-defined]
+            "stream": False,
+            **self._get_model_kwargs(**kwargs),  # type: ignore[attr-defined]
+        }
+        aclient = self._get_aclient()
+        response = await aclient.post("/chat/completions", body=body, cast_to=ChatCompletion)
+        choice = response.choices[0]
+        modalities = self.modalities or ["text"]  # type: ignore[attr-defined]
+        message = from_openai_message(choice.message, modalities=modalities)
+        logprobs = None
+        if choice.logprobs and choice.logprobs.content:
+            logprobs = from_openai_token_logprobs(choice.logprobs.content)
+        return ChatResponse(
+            message=message,
+            raw=response,
+            logprobs=logprobs,
+            additional_kwargs=self._get_response_token_counts(response),  # type: ignore[attr-defined]
+        )
+
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         try:
             async with self._in_flight():
