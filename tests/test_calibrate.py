@@ -63,6 +63,7 @@ def test_calibrate_writes_the_thresholds_and_keeps_the_rest_of_crag_toml(
         str(QUESTIONS),
         "--corpus",
         str(CORPUS),
+        "--write",
         "--json",
     ]
     assert main(args) == 0
@@ -88,6 +89,55 @@ def test_a_dry_run_writes_nothing(
     out = capsys.readouterr().out
     assert "upper = " in out and "lower = " in out and "nothing written" in out
     assert not (tmp_path / "crag.toml").exists()
+
+
+def test_without_write_it_only_prints_and_says_how_to_save(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a terminal (a script, CI): nothing written unasked, so later runs keep their thresholds."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    assert main(["calibrate", "--dataset", str(QUESTIONS), "--corpus", str(CORPUS)]) == 0
+    out = capsys.readouterr().out
+    assert "upper = " in out and "Nothing written" in out and "--write" in out
+    assert not (tmp_path / "crag.toml").exists()
+    assert main(["calibrate", "--dataset", str(QUESTIONS), "--corpus", str(CORPUS), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["written"] is None
+    assert not (tmp_path / "crag.toml").exists()
+
+
+@pytest.mark.parametrize("reply, written", [("y", True), ("", False), ("no", False)])
+def test_in_a_terminal_it_asks_first(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    reply: str,
+    written: bool,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    prompts: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt: prompts.append(prompt) or reply)
+    assert main(["calibrate", "--dataset", str(QUESTIONS), "--corpus", str(CORPUS)]) == 0
+    assert prompts and "crag.toml" in prompts[0]
+    out = capsys.readouterr().out
+    assert (tmp_path / "crag.toml").exists() is written
+    if written:  # it says which later runs read the file
+        assert f"every crag command run in {tmp_path} now uses them" in out
+        assert "[grader]" in (tmp_path / "crag.toml").read_text()
+    else:
+        assert "Nothing written" in out
+
+
+def test_write_to_a_named_file_says_who_reads_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "tuned.toml"
+    args = ["calibrate", "--dataset", str(QUESTIONS), "--corpus", str(CORPUS), "--write", str(target)]
+    assert main(args) == 0
+    assert f"crag commands given --config {target} use them" in capsys.readouterr().out
+    assert target.exists() and not (tmp_path / "crag.toml").exists()
 
 
 def test_datasets_and_corpora_must_pair_up(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+_DEFAULT_TARGET = object()  # `--write` alone: --config if given, else ./crag.toml
 
 
 def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -55,10 +56,11 @@ def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: i
 
     p = sub.add_parser(
         "calibrate",
-        help="fit the grader's upper/lower thresholds on labelled questions and save them",
+        help="fit the grader's upper/lower thresholds on labelled questions",
         description="Grade the retrieved chunks of every question (with the gold passages of a "
-        "random share removed), fit the thresholds against the labels, and write them to "
-        "[grader] in crag.toml, keeping everything else in the file.",
+        "random share removed), fit the thresholds against the labels and print them. With "
+        "--write they go to [grader] in crag.toml (keeping everything else in the file), which "
+        "every later crag command run in that folder reads; in a terminal it asks first.",
     )
     p.add_argument(
         "--dataset",
@@ -102,10 +104,14 @@ def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: i
     p.add_argument(
         "--write",
         type=Path,
+        nargs="?",
+        const=_DEFAULT_TARGET,
         metavar="TOML",
-        help="settings file to update (default: --config, else ./crag.toml)",
+        help="save the thresholds to this settings file (default: --config, else ./crag.toml)",
     )
-    p.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
+    p.add_argument(
+        "--dry-run", action="store_true", help="fit and report, write nothing and do not ask"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_calibrate)
 
@@ -162,15 +168,14 @@ def _calibrate(args: argparse.Namespace) -> int:
         drop_fraction=args.drop_gold,
         seed=args.seed,
     )
-    target = args.write or args.config or Path(CONFIG_FILE)
-    if not args.dry_run:
-        set_table_values(target, "grader", {"upper": result.upper, "lower": result.lower})
+    target = args.config or Path(CONFIG_FILE)
+    if args.write is not None and args.write is not _DEFAULT_TARGET:
+        target = args.write
     if args.json:
-        print(
-            json.dumps(
-                {**result.model_dump(mode="json"), "written": None if args.dry_run else str(target)}
-            )
-        )
+        write = args.write is not None and not args.dry_run
+        if write:
+            set_table_values(target, "grader", {"upper": result.upper, "lower": result.lower})
+        print(json.dumps({**result.model_dump(mode="json"), "written": str(target) if write else None}))
         return 0
     at = result.at_upper
     agree = result.verdicts
@@ -183,12 +188,42 @@ def _calibrate(args: argparse.Namespace) -> int:
         f"recall {_pct(at.recall)}%, ROC AUC {at.roc_auc:.3f}.\n"
         f"Verdicts: gold retrieved {agree.gold_retrieved}; not retrieved {agree.gold_not_retrieved}."
     )
-    print(
-        "(dry run: nothing written)"
-        if args.dry_run
-        else f"wrote [grader] upper and lower to {target}"
-    )
+    if args.dry_run:
+        print("(dry run: nothing written)")
+        return 0
+    write = args.write is not None or _ask_to_write(target)
+    if write:
+        set_table_values(target, "grader", {"upper": result.upper, "lower": result.lower})
+        print(f"wrote [grader] upper and lower to {target}; {_who_reads(target, args.config)}")
+    else:
+        print(
+            f"Nothing written. To use these thresholds, run again with --write (saves them to "
+            f"{target}), or pass --upper {result.upper} --lower {result.lower} to crag ask."
+        )
     return 0
+
+
+def _ask_to_write(target: Path) -> bool:
+    """In a terminal, ask before writing; anywhere else (a script, CI), never write unasked."""
+    if not sys.stdin.isatty():
+        return False
+    try:
+        reply = input(f"Write upper and lower to [grader] in {target}? [y/N] ")
+    except EOFError:
+        return False
+    return reply.strip().lower() in ("y", "yes")
+
+
+def _who_reads(target: Path, config: Path | None) -> str:
+    """Which later runs pick the file up, so that nobody is surprised by new thresholds."""
+    from crag.config import CONFIG_FILE
+
+    if config is None and target == Path(CONFIG_FILE):
+        return (
+            f"every crag command run in {Path.cwd()} now uses them "
+            "(flags and CRAG_GRADER__UPPER / __LOWER still override)"
+        )
+    return f"crag commands given --config {target} use them"
 
 
 def _pct(value: float | None) -> str:
