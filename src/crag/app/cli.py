@@ -113,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("demo", help="ingest the bundled sample documents and ask two questions")
+    p.add_argument("--export", type=Path, metavar="DIR",
+                   help="instead, copy the sample documents (DIR/docs) and the stand-in web "
+                   "(DIR/web.jsonl) to a new folder DIR, to try the other commands on")
     p.set_defaults(func=_demo)
 
     from crag.evaluation.cli import add_evaluation_commands
@@ -289,6 +292,8 @@ def _demo(args: argparse.Namespace) -> int:
     from crag.workflows.factory import build_workflow
 
     samples = files("crag") / "sample_data"
+    if args.export is not None:
+        return _export_samples(Path(str(samples)), args.export)
     with tempfile.TemporaryDirectory() as tmp:
         index_dir = Path(tmp) / "index"
         report = ingest([Path(str(samples / "docs"))], index_dir)
@@ -299,6 +304,23 @@ def _demo(args: argparse.Namespace) -> int:
         workflow = build_workflow(settings)
         for question in DEMO_QUESTIONS:
             print(f"Q: {question}\n{_format(workflow.ask(question))}\n")
+    return 0
+
+
+def _export_samples(samples: Path, out: Path) -> int:
+    import shutil
+
+    from crag.errors import ConfigError
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"{out} already exists and is not an empty folder; give a new folder to --export.")
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(samples / "docs", out / "docs")
+    shutil.copy2(samples / "web.jsonl", out / "web.jsonl")
+    names = sorted(p.name for p in (out / "docs").iterdir())
+    print(f"copied {len(names)} handbook pages to {out / 'docs'} ({', '.join(names)}) "
+          f"and the stand-in web to {out / 'web.jsonl'}\n"
+          f"next: crag ingest {out / 'docs'}")
     return 0
 
 
