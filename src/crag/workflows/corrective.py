@@ -203,14 +203,13 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
 
     @step
     async def web_search(
-        self, ctx: Context[RunState], ev: RewrittenQueryEvent | WebSearchNeededEvent
-    ) -> WebResultsEvent | None:
-        """Search outside the user's documents, once the verdict asks for it."""
-        ready = ctx.collect_events(ev, [RewrittenQueryEvent, WebSearchNeededEvent])
-        if ready is None:
-            return None
-        rewritten, needed = ready
-        async with recording(ctx, "web_search", ev) as record:
+        self, ctx: Context[RunState], rewritten: RewrittenQueryEvent, needed: WebSearchNeededEvent
+    ) -> WebResultsEvent:
+        """Search outside the user's documents, once the verdict asks for it.
+
+        Two event parameters: the engine runs the step once, when both have arrived.
+        """
+        async with recording(ctx, "web_search", needed) as record:
             record.search_calls += 1
             try:
                 results = await self.searcher.search(rewritten.search_query)
