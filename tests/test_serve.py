@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 import shutil
@@ -313,3 +314,16 @@ def test_the_store_is_sqlite_beside_the_index_unless_a_url_names_postgresql(tmp_
 def test_a_store_crag_cannot_use_is_a_config_error(store: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
         store_for(Settings.load(env={}, server={"store": store}))
+
+
+def test_the_server_process_freezes_what_it_loaded_and_collects_less_often() -> None:
+    from crag.app.server import settle_heap
+
+    before = gc.get_threshold()
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] > before[0]
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
