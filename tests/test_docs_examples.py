@@ -12,6 +12,9 @@ assignments) runs in this process through `crag.app.cli.main`, which is what the
 script calls; any other line, and every line of a block that has one (pipes, `&`, `curl`),
 runs in bash with the virtual environment's `crag` first on PATH. Python blocks run in this
 interpreter, top-level `await` allowed as in a notebook, one namespace per page.
+
+Blocks that need a local model server (`<!-- needs: OPENAI_BASE_URL ... -->`) also run, against
+a loopback server speaking OpenAI's API in place of Ollama, so the documented settings are checked.
 """
 
 from __future__ import annotations
@@ -191,6 +194,42 @@ def test_every_block_left_out_says_why(page: Path) -> None:
             assert block.language in RUN | {"text", "toml", "json"}, (
                 f"{block}: a ```{block.language or '(none)'} block: say sh, python, text or toml"
             )
+
+
+LOCAL_MODEL_BLOCKS = [b for page in PAGES for b in blocks(page)
+                      if b.marker and b.marker[0] == "needs" and "OPENAI_BASE_URL" in b.marker[1]]
+
+
+@pytest.mark.parametrize("block", LOCAL_MODEL_BLOCKS, ids=str)
+def test_the_local_model_settings_reach_an_openai_compatible_server(
+    block: Block, prepared: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The documented variables, as written, make crag call the server's /v1 chat route with
+    the named model: here a loopback server speaking OpenAI's API stands in for Ollama. (Its
+    replies are not what the prompts ask for; a run then degrades to the offline components,
+    which is tested elsewhere: this checks the settings reach the server.)"""
+    from loopback import LoopbackServer, openai_chat
+
+    with LoopbackServer(openai_chat(lambda prompt: "0.9")) as server, chdir(prepared):
+        code = block.code.replace("http://localhost:11434", server.url)
+        if code == block.code:  # a block that uses the model set up earlier on the page
+            monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1")
+            monkeypatch.setenv("OPENAI_MODEL", "llama3.2")
+        for line in commands(code):
+            words = shlex.split(line, comments=True)
+            if words[0] == "export":
+                for word in words[1:]:
+                    name, _, value = word.partition("=")
+                    monkeypatch.setenv(name, value)
+                continue
+            env, argv = in_process(line) or pytest.fail(f"{block}: `{line}` is not a crag command")
+            for name, value in env.items():
+                monkeypatch.setenv(name, value)
+            with redirect_stdout(StringIO()):
+                assert main([*argv, "-q"]) == 0
+        calls = server.requests_to("/chat/completions")
+        assert calls and all(r.path == "/v1/chat/completions" for r in calls)
+        assert {r.json["model"] for r in calls} == {os.environ["OPENAI_MODEL"]}
 
 
 def test_the_readme_keeps_its_two_commands_and_is_short() -> None:
