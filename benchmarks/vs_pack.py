@@ -64,6 +64,8 @@ PACK_REQUIREMENT = "llama-index-packs-corrective-rag==0.3.1"
 PACK_DRIVER = HERE / "_pack_driver.py"
 K_VALUES = (5, 10, 20)
 WEB_DOCS = 5  # the pack asks Tavily for max_results=5
+GOAL_RATIO_K5 = 0.30  # crag's median at k = 5 over the pack's
+GOAL_OVER_LIMIT = 1.1  # crag's median at each k over the physical limit
 
 Passage = dict[str, str]
 
@@ -302,7 +304,14 @@ def report(
     ratio_k5 = median_of(crag, 5) / median_of(pack, 5)
     print(f"\ncrag k20/k5: {flat:.3f} (goal <= 1.3: {'met' if flat <= 1.3 else 'NOT met'})")
     print(f"pack k20/k5: {median_of(pack, 20) / median_of(pack, 5):.3f}")
-    print(f"goal ratio_k5 <= 0.35: {'met' if ratio_k5 <= 0.35 else 'NOT met'}")
+    print(f"goal ratio_k5 <= {GOAL_RATIO_K5}: {'met' if ratio_k5 <= GOAL_RATIO_K5 else 'NOT met'}")
+    # The physical limit: two dependent model round trips (grade ∥ rewrite, then synthesize).
+    limit = GOAL_OVER_LIMIT * 2 * args.latency
+    slow = [k for k in K_VALUES if median_of(crag, k) > limit]
+    print(
+        f"goal crag <= {limit:.3f} s at every k ({GOAL_OVER_LIMIT}× two round trips): "
+        + ("met" if not slow else f"NOT met at k = {', '.join(map(str, slow))}")
+    )
     print(f"ratio_k5: {ratio_k5:.3f}")
 
 
