@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -173,3 +174,28 @@ def test_ingest_shows_files_and_chunks_on_stderr(capsys: pytest.CaptureFixture[s
     out, err = capsys.readouterr()
     assert "4 file(s) read" in out and "crag:" not in out
     assert err.startswith("crag: read 4/4 files in ") and "crag: embed " in err and "chunks/s" in err
+
+
+def test_adding_a_file_keeps_the_chunker_the_index_was_built_with(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    index = str(tmp_path / "index")
+    assert main(["ingest", str(SAMPLES / "docs"), "--index", index, "--chunker", "sentence_window", "-q"]) == 0
+    (tmp_path / "extra.md").write_text("Extra notes about tea.", encoding="utf-8")
+    assert main(["ingest", str(tmp_path / "extra.md"), "--index", index, "-q"]) == 0
+    assert "1 chunk(s) added" in capsys.readouterr().out  # not the whole index cut again
+    assert main(["ask", "What warranty does Lumen give?", "--index", index, "--postprocess", "sentence_window"]) == 0
+    capsys.readouterr()
+    assert main(["ingest", str(tmp_path / "extra.md"), "--index", index, "--chunker", "sentence", "-q"]) == 0
+    added, total = re.search(r"(\d+) chunk\(s\) added; (\d+) chunk", capsys.readouterr().out).groups()
+    assert added == total  # told to: every file cut again
+
+
+def test_a_reader_that_stops_early_is_no_error(sample_index_dir: Path) -> None:
+    code = "import sys; from crag.app.cli import main; sys.exit(main(sys.argv[1:]))"
+    ask = subprocess.Popen(
+        [sys.executable, "-c", code, "ask", "What warranty does Lumen give on the Helio H10?", "--index",
+         str(sample_index_dir), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    ask.stdout.close()  # as `| head -0` does
+    assert ask.wait(60) == 0 and b"error" not in ask.stderr.read()

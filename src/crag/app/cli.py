@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("crag: interrupted")
         return 130
+    except BrokenPipeError:  # the reader went away (`crag ask … | head -3`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exiting flushes nowhere
+        return 0
     except Exception as exc:  # noqa: BLE001 - a bug: say so in one line unless asked for more
         if os.environ.get("CRAG_DEBUG"):
             raise
@@ -138,11 +141,13 @@ def _settings(args: argparse.Namespace, **overrides: dict[str, Any]) -> Settings
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from crag.ingestion.chunkers import node_parser_for
+    from crag.index.store import recorded_chunker
     from crag.ingestion import ingest
+    from crag.ingestion.chunkers import keep_recorded_chunker, node_parser_for
     from crag.app.progress import ingest_progress
 
     settings = _settings(args)
+    settings = keep_recorded_chunker(settings, recorded_chunker(settings.index.path))
     node_parser, chunker = node_parser_for(settings)
     with nullcontext(None) if args.quiet else ingest_progress() as progress:
         if hasattr(node_parser, "progress"):  # the agentic chunker counts documents as it goes
@@ -199,8 +204,19 @@ def _ask(args: argparse.Namespace) -> int:
         result = asyncio.run(run_with_progress(workflow, args.question, on_step))
     if args.trace:
         _write_trace(args.trace, result.trace)
+    if result.verdict.value != "correct" and not _has_web(settings) and not args.quiet:
+        _say(f"crag: note: verdict {result.verdict.value}, but there is no web to search: "
+             "give --web-corpus (a folder or .jsonl) or set TAVILY_API_KEY")
     print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) if args.json else _format(result))
     return 0
+
+
+def _has_web(settings: Settings) -> bool:
+    """Whether the web branch has anything to search (kind "auto" picks Tavily, then a corpus)."""
+    web = settings.web_search
+    if web.kind == "auto":
+        return bool(web.api_key or web.corpus)
+    return web.kind != "none"
 
 
 def _format(result: CragResult) -> str:

@@ -304,6 +304,14 @@ def _sha256(file: Path) -> str:
     return digest.hexdigest()
 
 
+def recorded_chunker(path: Path) -> str:
+    """The chunker signature the index at `path` was cut with ("" when there is no readable index)."""
+    try:
+        return str(_read_manifest(_live_version(path, "") / "manifest.json").get("chunker", ""))
+    except (IndexNotFoundError, ValueError, OSError):
+        return ""
+
+
 def check_index_folder(path: Path) -> None:
     """Refuse to write into a file, or into a folder of other things that is not a crag index."""
     if not path.exists():
