@@ -259,3 +259,15 @@ def test_demo_export_refuses_a_folder_that_is_not_empty(
     assert main(["demo", "--export", str(tmp_path / "taken")]) == 2
     assert "not an empty folder" in capsys.readouterr().err
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["notes.md"]
+
+
+def test_ask_says_when_there_is_no_web_to_search(
+    prepared: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's first surprise: a question the documents cannot answer, and no web."""
+    with chdir(prepared):
+        assert main(["ask", "Who invented the lithium-ion battery?"]) == 0
+        assert "no web to search: give --web-corpus" in capsys.readouterr().err
+        assert main(["ask", "Who invented the lithium-ion battery?",
+                     "--web-corpus", "crag-sample/web.jsonl"]) == 0
+        assert "no web to search" not in capsys.readouterr().err
