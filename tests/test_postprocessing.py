@@ -293,9 +293,9 @@ def test_sentence_window_ingest_then_ask_answers_from_the_windows(
     windows = ask_json(capsys, "--index", index, "--postprocess", "sentence_window")
     assert windows["verdict"] == "correct" and "12-year warranty" in windows["answer"]
     assert "postprocess" in windows["steps"]
-    # The grader and refiner read windows: a source now carries its neighbouring sentences too.
-    longest = lambda out: max(len(s["text"]) for s in out["sources"])  # noqa: E731
-    assert longest(windows) > longest(sentences_only)
+    # The grader reads windows: a sentence beside the answer now scores with its neighbours.
+    total = lambda out: sum(g["score"] for g in out["grades"])  # noqa: E731
+    assert total(windows) > total(sentences_only)
 
 
 def test_sentence_window_stage_on_a_plain_index_exits_2_with_the_remedy(
