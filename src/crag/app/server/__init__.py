@@ -74,7 +74,8 @@ def build_server(
     # tick of a run twice (to persist it, then for a no-op hook) so that a run can resume
     # mid-way after a restart, which a crag run cannot (its state stays in memory; see
     # stores.py), and watches for idle runs, which a crag run never is. 8 ms of server CPU
-    # per question of 58 (benchmarks/throughput.py). Cut-off runs are marked failed on start.
+    # per question of 58 (benchmarks/throughput.py). The SQLite store marks runs a restart cut off
+    # as failed when it starts (SqliteRunStore.start); on shared PostgreSQL they stay running.
     server = WorkflowServer(workflow_store=store.store, middleware=middleware, runtime=BasicRuntime())
     server.add_workflow(WORKFLOW_NAME, workflow)
     # Ahead of the server's routes, so crag's /health (which says more) answers, not its own.

@@ -48,27 +48,11 @@ TERMINAL_EVENTS = frozenset(
 
 class _RunStateInMemory:
     """Keeps each run's step-to-step state in memory (see the module docstring), held until
-    the run ends (the base class holds it weakly, for stores that reload it from storage),
-    and marks the runs a previous process left unfinished as failed when the server starts.
-
-    `crag serve` runs its workflow on the engine's basic runtime, without the server's tick
-    persistence (see `build_server`): nothing can resume a run mid-way, so on start a run
-    still marked running, begun before the grace window the server itself uses, failed.
-    """
+    the run ends (the base class holds it weakly, for stores that reload it from storage)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._state_store_cache = {}
-
-    async def start(self) -> None:
-        await super().start()  # type: ignore[misc]
-        cutoff = datetime.now(timezone.utc) - RESUME_FRESH_HANDLER_GRACE
-        running = await self.query(HandlerQuery(status_in=["running"]))  # type: ignore[attr-defined]
-        for handler in running:
-            if handler.run_id and (handler.started_at is None or handler.started_at < cutoff):
-                await self.update_handler_status(  # type: ignore[attr-defined]
-                    handler.run_id, status="failed", error=INTERRUPTED
-                )
 
     async def update(self, handler: PersistentHandler) -> None:
         await super().update(handler)  # type: ignore[misc]
@@ -106,6 +90,21 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
         self._connection = _long_lived_connection(db_path)
         self._sequences: dict[str, int] = {}
         self._commit_pending = False
+
+    async def start(self) -> None:
+        """Mark failed the runs a previous process left running.
+
+        `crag serve` runs its workflow on the engine's basic runtime, without the server's
+        tick persistence (see `build_server`): nothing resumes a run mid-way, so a run still
+        marked running when the server starts, begun before the grace window the server itself
+        uses for runs starting at that moment, was cut off. (PostgreSQL is left alone: there a
+        run marked running may belong to another live server.)
+        """
+        await super().start()
+        cutoff = datetime.now(timezone.utc) - RESUME_FRESH_HANDLER_GRACE
+        for handler in await self.query(HandlerQuery(status_in=["running"])):
+            if handler.run_id and (handler.started_at is None or handler.started_at < cutoff):
+                await self.update_handler_status(handler.run_id, status="failed", error=INTERRUPTED)
 
     async def append_event(self, run_id: str, event: EventEnvelopeWithMetadata) -> None:
         types = event.types or ()
