@@ -14,7 +14,7 @@ import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
@@ -40,6 +40,11 @@ class StepRecord(BaseModel):
     completion_tokens: int = 0
     error: str | None = None
     degraded: str | None = None
+    details: dict[str, Any] = Field(
+        default_factory=dict, exclude=True, repr=False,
+        description="What the step decided, for the run's `Explanation`; not in the record's JSON "
+        "(nor on the event stream).",
+    )
 
     @property
     def seconds(self) -> float:
@@ -51,14 +56,64 @@ class StepRecord(BaseModel):
         return event
 
 
+class GradeLine(BaseModel):
+    """One retrieved chunk's grade, and what the chunk was."""
+
+    chunk_id: str
+    score: float
+    grader: str
+    note: str | None = None
+    title: str | None = None
+
+
+class StripLine(BaseModel):
+    """A strip knowledge refinement kept or dropped, with its source."""
+
+    text: str
+    source_id: str
+    kind: str
+    score: float
+    kept: bool
+    title: str | None = None
+    url: str | None = None
+
+
+class SourceLine(BaseModel):
+    """A source the answer cites as `[number]`."""
+
+    number: int
+    kind: str
+    id: str
+    title: str | None = None
+    url: str | None = None
+
+
+class Explanation(BaseModel):
+    """Why a run went the way it did; built once, when it ends, from what its steps decided."""
+
+    verdict: str
+    rule: str = Field(description="The verdict rule as it applied, in one sentence.")
+    upper: float
+    lower: float
+    grades: list[GradeLine] = Field(default_factory=list)
+    rewritten_query: str | None = None
+    web: bool = Field(default=True, description="Whether a web search was configured.")
+    strips: list[StripLine] = Field(default_factory=list, description="Kept, then dropped (best first).")
+    dropped_unlisted: int = Field(default=0, description="Dropped strips left out of `strips`.")
+    answer: str = ""
+    sources: list[SourceLine] = Field(default_factory=list)
+    degraded: list[str] = Field(default_factory=list)
+
+
 class RunTrace(BaseModel):
-    """The path one run took through the workflow."""
+    """The path one run took through the workflow, and why (`explanation`)."""
 
     query: str = ""
     verdict: str | None = None
     started_at: datetime = Field(default_factory=datetime.now)
     seconds: float = 0.0
     steps: list[StepRecord] = Field(default_factory=list)
+    explanation: Explanation | None = None
 
     @property
     def llm_calls(self) -> int:
@@ -119,6 +174,17 @@ def note_degraded(message: str) -> None:
         record.degraded = f"{record.degraded}; {message}" if record.degraded else message
 
 
+def note_dropped(strips: list[Any]) -> None:
+    """Keep the strips a refiner dropped on the running step's record (no-op outside a step),
+    so the run's explanation can show them beside the kept ones."""
+    record = _current_step.get()
+    if record is not None:
+        record.details.setdefault("dropped", []).extend(strips)
+
+
+_CALL_ENDS = (LLMChatEndEvent, LLMCompletionEndEvent)
+
+
 class _LLMCallCounter(BaseEventHandler):
     """Counts finished LLM calls, and their tokens, on the step that made them."""
 
@@ -127,8 +193,12 @@ class _LLMCallCounter(BaseEventHandler):
         return "CragLLMCallCounter"
 
     def handle(self, event: BaseEvent, **kwargs: object) -> None:
+        # Called for every instrumentation event of the process (each step's spans too):
+        # the type check first, against a tuple (a `X | Y` union checks slower).
+        if not isinstance(event, _CALL_ENDS):
+            return
         record = _current_step.get()
-        if record is None or not isinstance(event, LLMChatEndEvent | LLMCompletionEndEvent):
+        if record is None:
             return
         record.llm_calls += 1
         usage = getattr(event.response, "additional_kwargs", None) or {}
