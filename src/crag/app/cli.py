@@ -180,6 +180,7 @@ def _ask(args: argparse.Namespace) -> int:
     import json
 
     from crag.app.progress import run_with_progress, step_progress
+    from crag.workflows.explain import WEB_FIX
     from crag.workflows.factory import build_workflow
 
     settings = _settings(
@@ -204,19 +205,12 @@ def _ask(args: argparse.Namespace) -> int:
         result = asyncio.run(run_with_progress(workflow, args.question, on_step))
     if args.trace:
         _write_trace(args.trace, result.trace)
-    if result.verdict.value != "correct" and not _has_web(settings) and not args.quiet:
-        _say(f"crag: note: verdict {result.verdict.value}, but there is no web to search: "
-             "give --web-corpus (a folder or .jsonl) or set TAVILY_API_KEY")
+    explanation = result.trace.explanation
+    if explanation is not None and not explanation.web and result.verdict.value != "correct":
+        # The one line naming the fix; the run's `degraded` list says what happened.
+        _say(f"crag: note: verdict {result.verdict.value}, but there is no web to search: {WEB_FIX}")
     print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) if args.json else _format(result))
     return 0
-
-
-def _has_web(settings: Settings) -> bool:
-    """Whether the web branch has anything to search (kind "auto" picks Tavily, then a corpus)."""
-    web = settings.web_search
-    if web.kind == "auto":
-        return bool(web.api_key or web.corpus)
-    return web.kind != "none"
 
 
 def _format(result: CragResult) -> str:

@@ -31,6 +31,23 @@ def decide_verdict(grades: Sequence[Grade], upper: float, lower: float) -> Verdi
     return Verdict.AMBIGUOUS
 
 
+def explain_verdict(grades: Sequence[Grade], upper: float, lower: float) -> str:
+    """`decide_verdict`'s rule as it applied to these grades, in one sentence."""
+    verdict = decide_verdict(grades, upper, lower)
+    if not grades:
+        return f"Incorrect: nothing was retrieved, so no grade could reach the lower threshold {lower:g}."
+    best = max(g.score for g in grades)
+    n = len(grades)
+    if verdict is Verdict.CORRECT:
+        return f"Correct: the best of {n} grades, {best:.2f}, reached the upper threshold {upper:g}."
+    if verdict is Verdict.INCORRECT:
+        return (f"Incorrect: all {n} grades were below the lower threshold {lower:g} "
+                f"(the best was {best:.2f}).")
+    passed = sum(g.score >= lower for g in grades)
+    return (f"Ambiguous: the best of {n} grades, {best:.2f}, is between the lower threshold {lower:g} "
+            f"and the upper {upper:g}; {passed} chunk{'s' * (passed != 1)} passed the lower one.")
+
+
 class LexicalEvaluator:
     """Offline relevance evaluator: no LLM, an absolute score in [0, 1] per chunk.
 

@@ -10,6 +10,7 @@ from crag._offload import off_loop, warm_up
 from crag.events import Strip
 from crag.steps.grading import LexicalEvaluator, context_of
 from crag.text import sentences
+from crag.trace import note_dropped
 
 
 class StripRefiner:
@@ -34,9 +35,12 @@ class StripRefiner:
 
     async def refine(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Strip]:
         # Splitting and scoring every sentence is the heaviest CPU work of an offline run.
-        return await off_loop(self._refine, query, chunks)
+        kept, dropped = await off_loop(self._refine, query, chunks)
+        note_dropped(dropped)  # for the run's explanation: what refinement left out
+        return kept
 
-    def _refine(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Strip]:
+    def _refine(self, query: str, chunks: Sequence[NodeWithScore]) -> tuple[list[Strip], list[Strip]]:
+        """The kept strips in source order, and the dropped ones, best first."""
         strips: list[Strip] = []
         for chunk in chunks:
             meta = chunk.node.metadata
@@ -55,4 +59,5 @@ class StripRefiner:
                 )
         ranked = sorted(range(len(strips)), key=lambda i: -strips[i].score)
         kept = sorted(i for i in ranked[: self.max_strips] if strips[i].score >= self.min_score)
-        return [strips[i] for i in kept]
+        chosen = set(kept)
+        return [strips[i] for i in kept], [strips[i] for i in ranked if i not in chosen]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from time import perf_counter
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 from workflows import Context, step
@@ -49,7 +49,7 @@ from crag.interfaces import (
     Synthesizer,
     WebSearch,
 )
-from crag.steps.grading import decide_verdict
+from crag.steps.grading import context_of, decide_verdict
 from crag.steps.postprocessing import apply_postprocessors
 from crag.steps.rewriting import KeywordRewriter
 from crag.steps.synthesis import ExtractiveSynthesizer
@@ -63,6 +63,7 @@ from crag.workflows.base import (
     run_sync,
     run_trace,
 )
+from crag.workflows.explain import explain, no_web_note
 
 __all__ = ["MAX_QUERY_CHARS", "CorrectiveRAGWorkflow", "RunState", "run_sync"]
 
@@ -103,6 +104,13 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             synthesizer.
         **kwargs: passed to `Workflow` (e.g. `timeout`, 300 s unless given).
     """
+
+    # Which verdicts take each of grade's out-edges, for the pictures (crag.app.render).
+    edge_labels: ClassVar[dict[tuple[str, str], str]] = {
+        ("grade", "RefineInternalEvent"): "Correct · Ambiguous",
+        ("grade", "WebSearchNeededEvent"): "Incorrect · Ambiguous",
+        ("grade", "RewriteQueryEvent"): "Incorrect · Ambiguous, if not speculative",
+    }
 
     def __init__(
         self,
@@ -168,6 +176,9 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             verdict = decide_verdict(grades, self.upper, self.lower)
             await ctx.store.set("grades", list(grades))
             await ctx.store.set("verdict", verdict)
+            record.details["titles"] = {  # for the run's explanation: which chunk each grade is
+                c.node.node_id: title for c in ev.chunks if (title := context_of(c.node.metadata))
+            }
             fallbacks = [g for g in grades if g.note]
             if fallbacks:
                 record.degraded = f"{len(fallbacks)} of {len(grades)} grades by a fallback ({fallbacks[0].note})"
@@ -210,6 +221,10 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         Two event parameters: the engine runs the step once, when both have arrived.
         """
         async with recording(ctx, "web_search", needed) as record:
+            if getattr(self.searcher, "configured", True) is False:  # a visible state, not a search
+                grades, verdict = await ctx.store.get("grades"), await ctx.store.get("verdict")
+                record.degraded = no_web_note(verdict, sum(g.score >= self.lower for g in grades))
+                return record.emit(WebResultsEvent(query=rewritten.query, results=[]))
             record.search_calls += 1
             try:
                 results = await self.searcher.search(rewritten.search_query)
@@ -247,6 +262,12 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             record.output_events.append(StopEvent.__name__)
         state = await ctx.store.get_state()
         trace = run_trace(state, state.query, state.verdict.value)
+        rewritten = state.rewritten_query if state.verdict is not Verdict.CORRECT else None
+        trace.explanation = explain(
+            verdict=state.verdict, grades=state.grades, upper=self.upper, lower=self.lower,
+            rewritten_query=rewritten, web=getattr(self.searcher, "configured", True) is not False,
+            records=trace.steps, kept=strips, answer=answer, sources=sources, degraded=trace.degraded,
+        )
         return StopEvent(
             result=CragResult(
                 query=state.query,
@@ -254,7 +275,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                 verdict=state.verdict,
                 grades=state.grades,
                 sources=sources,
-                rewritten_query=state.rewritten_query if state.verdict is not Verdict.CORRECT else None,
+                rewritten_query=rewritten,
                 timings={r.name: round(r.seconds, 6) for r in trace.steps},
                 steps=trace.step_names(),
                 trace=trace,

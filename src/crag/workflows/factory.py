@@ -21,7 +21,10 @@ from crag.workflows import CorrectiveRAGWorkflow
 
 
 class NoWebSearch:
-    """Used when no web search is configured: finds nothing, so Incorrect answers say so."""
+    """Used when no web search is configured: the workflow does not search, and says so in the
+    run's `degraded` list and explanation (`configured = False`)."""
+
+    configured = False
 
     async def search(self, query: str) -> list:
         return []

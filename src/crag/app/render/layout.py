@@ -10,7 +10,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from workflows.representation import WorkflowGraph, WorkflowGraphNode
+from workflows import Workflow
+from workflows.representation import WorkflowGraph, WorkflowGraphNode, get_workflow_representation
 
 # Labels are code names in a monospace font, so a box sized by character count always fits them.
 FONT, CHAR_W, NODE_H, PAD_X = 13, 7.9, 34, 16
@@ -62,6 +63,17 @@ class Layout:
     edges: list[Edge]
     width: float
     height: float
+
+
+def graph_of(workflow: Workflow | type[Workflow]) -> WorkflowGraph:
+    """The engine's graph of a workflow class or instance, with the edge labels the class
+    declares in `edge_labels` (`{(source id, target id): label}`), e.g. which verdicts take
+    each of the corrective workflow's grade out-edges."""
+    graph = get_workflow_representation(workflow)
+    labels = getattr(workflow, "edge_labels", None) or {}
+    for e in graph.edges:
+        e.label = labels.get((e.source, e.target), e.label)
+    return graph
 
 
 def to_node(n: WorkflowGraphNode, note: str | None = None) -> Node:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import re
 
 from workflows import Workflow
-from workflows.representation import get_workflow_representation
-
-from crag.app.render.layout import STYLE, layout, to_node
+from crag.app.render.layout import STYLE, graph_of, layout, to_node
 from crag.app.render.overlay import run_path, seconds
 from crag.app.render.svg import DIM, EDGE, MARK
 from crag.trace import RunTrace
@@ -23,7 +21,7 @@ def mermaid(workflow: Workflow | type[Workflow], trace: RunTrace | None = None) 
     With a `trace`, the steps that ran carry their time and calls, the run's path is drawn
     thick and blue, what it did not touch is grey, and a front-matter title gives the verdict.
     """
-    graph = get_workflow_representation(workflow)
+    graph = graph_of(workflow)
     notes, hl = run_path(graph, trace) if trace is not None else ({}, None)
     rank = {v: i for i, v in enumerate(v for row in layout(graph).layers for v in row)}
     # Prefixed ids: a step and an event may share a name, and none is a keyword like `end`.

@@ -12,9 +12,7 @@ from html import escape
 from inspect import cleandoc
 
 from workflows import Workflow
-from workflows.representation import get_workflow_representation
-
-from crag.app.render.layout import FONT, LEGEND_H, MARGIN, MONO, PILLS, STYLE, Layout, layout
+from crag.app.render.layout import FONT, LEGEND_H, MARGIN, MONO, PILLS, STYLE, Layout, graph_of, layout
 
 SANS = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
 DIM = ("#f8fafc", "#cbd5e1", "#94a3b8")  # fill, stroke, text of what a run did not touch
@@ -98,7 +96,8 @@ def svg(lay: Layout, highlight: Highlight | None = None) -> str:
         state = "plain" if hl is None else "lit" if (e.source, e.target) in hl.edges else "dim"
         stroke, width, marker = EDGE[state]
         dash = ' stroke-dasharray="6 4"' if e.back else ""
-        parts.append(f'<path class="edge {state}" d="{_path(e.points)}" fill="none" '
+        parts.append(f'<path class="edge {state}" data-edge="{escape(e.source)} {escape(e.target)}" '
+                     f'd="{_path(e.points)}" fill="none" '
                      f'stroke="{stroke}" stroke-width="{width}"{dash} '
                      f'marker-end="url(#{marker})"/>')
         if e.label:  # a white halo keeps the label readable where it crosses a line
@@ -124,7 +123,8 @@ def svg(lay: Layout, highlight: Highlight | None = None) -> str:
                     class_="note") if n.note else ""
         tip = n.tip + (f"\n{hl.tips[n.id]}" if hl and n.id in hl.tips else "")
         box = _box(n.kind, n.x, n.y, n.w, n.h, (fill, stroke), line, dash)
-        parts.append(f'<g class="{f"node {n.kind} {state}".strip()}"><title>{escape(tip)}</title>'
+        parts.append(f'<g class="{f"node {n.kind} {state}".strip()}" data-id="{escape(n.id)}">'
+                     f'<title>{escape(tip)}</title>'
                      f'{box}{label}{note}</g>')
     w, h = max(lay.width, legend_w + MARGIN), lay.height + legend_h
     markers = "".join(
@@ -146,11 +146,15 @@ CSS = """\
 """
 
 
-def page(title: str, body: str, css: str = "") -> str:
-    """A complete HTML document that fetches nothing; `body` goes inside `<div class="crag">`."""
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
+
+
+def page(title: str, body: str, css: str = "", *, csp: str = CSP) -> str:
+    """A complete HTML document that fetches nothing (unless `csp` allows it); `body` goes
+    inside `<div class="crag">`."""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
 <title>{escape(title)}</title>
 <style>
 {CSS}{css}</style></head>
@@ -169,7 +173,7 @@ def about(workflow: Workflow | type[Workflow]) -> str:
 
 def graph_html(workflow: Workflow | type[Workflow], *, title: str = "crag workflow") -> str:
     """A complete offline HTML page drawing every step and event of a workflow class or instance."""
-    lay = layout(get_workflow_representation(workflow))  # a class will do: no index or model
+    lay = layout(graph_of(workflow))  # a class will do: no index or model
     kinds = [n.kind for n in lay.nodes.values()]
     steps, events = kinds.count("step"), sum(k in PILLS for k in kinds)
     counts = f"{steps} step{'s' * (steps != 1)}, {events} event{'s' * (events != 1)}"
