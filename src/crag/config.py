@@ -185,6 +185,18 @@ class ServerSettings(_Section):
         description="Where runs are kept: a SQLite file (default: server.db beside the index) "
         "or a postgresql:// URL, shared by several server processes.",
     )
+    max_runs: int = Field(8, ge=1, description="Runs in flight at once; more wait in a queue.")
+    max_queue: int = Field(
+        32, ge=0, description="Run requests waiting (first come, first served) beyond max_runs; "
+        "beyond that a 503 with Retry-After."
+    )
+    max_body_bytes: int = Field(65_536, ge=1024, description="Largest request body; larger is a 413.")
+    keep_runs: int = Field(10_000, ge=1, description="Finished runs kept in the store; older ones pruned.")
+    keep_days: float = Field(30.0, gt=0, description="Days a finished run is kept in the store.")
+    orphan_after: float = Field(
+        30.0, gt=0, description="Seconds without a heartbeat after which a server's running runs "
+        "are marked failed by any other server sharing the store."
+    )
 
 
 class Settings(_Section):

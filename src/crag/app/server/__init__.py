@@ -27,7 +27,9 @@ from workflows.plugins.basic import BasicRuntime
 from crag.config import Settings
 from crag.errors import register_secret
 from crag.index import ChunkIndex
+from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
 from crag.app.server.auth import ApiKeyMiddleware
+from crag.app.server.guard import RequestGuard, check_bind
 from crag.app.server.routes import WORKFLOW_NAME, crag_routes
 from crag.app.server.stores import StoreChoice, store_for
 from crag.app.server.validation import QueryCheckMiddleware
@@ -67,7 +69,14 @@ def build_server(
     store = store_for(settings)
     key = settings.server.api_key.get_secret_value() if settings.server.api_key else ""
     register_secret(key)  # so that no error message or trace can show it
-    middleware = [Middleware(QueryCheckMiddleware)]
+    check_bind(settings.server.host, key)
+    admission = Admission(settings.server.max_runs, settings.server.max_queue, max_wait=settings.run.timeout)
+    track_runs(workflow)
+    middleware = [
+        Middleware(RequestGuard, max_body_bytes=settings.server.max_body_bytes, local_only=not key),
+        Middleware(QueryCheckMiddleware),
+        Middleware(AdmissionMiddleware, admission=admission),
+    ]
     if key:
         middleware.insert(0, Middleware(ApiKeyMiddleware, api_key=key))  # outermost: checked first
     # The engine's basic runtime, not the server's default stack: that one serialises every
