@@ -236,3 +236,13 @@ def test_asking_for_summaries_of_an_up_to_date_index_summarizes_every_document(t
     ingest([docs], tmp_path / "index", summarize=ExtractiveSummarizer())
     index = ChunkIndex.load(tmp_path / "index")
     assert set(index.summaries) == {n.ref_doc_id for n in index.nodes}
+
+
+async def test_the_summary_retriever_reads_no_chunk_it_does_not_return(
+    three_docs: ChunkIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crag.index.store import NodeFile
+
+    monkeypatch.setattr(NodeFile, "__iter__", lambda self: pytest.fail("read every chunk to group them"))
+    found = await SummaryRetriever(ChunkIndex.load(three_docs.path), documents=1).retrieve("camera video")
+    assert found and len({c.node.ref_doc_id for c in found}) == 1

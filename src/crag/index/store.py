@@ -11,6 +11,7 @@ Layout of an index folder (format 2):
       embeddings.npy    float32, one unit-length row per chunk, memory-mapped and searched
                         exactly (or mirrored to a Chroma server: `crag.index.vectors`)
       lexical/          each chunk's term ids, document frequencies, BM25 (`crag.index.lexical`)
+      documents.json    each document's chunk positions (document-summary retrieval)
       summaries.json    optional: a summary per document id (retriever kind "summary")
 
 A question only opens files: the embeddings, BM25 matrix and frequencies are memory-mapped and
@@ -166,6 +167,16 @@ class ChunkIndex:
                     f"folder and build it again: crag ingest YOUR_DOCS --index {self.path}"
                 )
 
+    def document_positions(self) -> dict[str, list[int]]:
+        """Each document's chunk positions, in order (written at ingest; read without the chunks)."""
+        if self.version is not None and (self.version / "documents.json").exists():
+            try:
+                return json.loads((self.version / "documents.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                raise IndexNotFoundError(f"The index at {self.path} is unreadable (documents.json); remove the "
+                                         f"folder and build it again: crag ingest YOUR_DOCS --index {self.path}") from None
+        return _positions_by_document(self.nodes)
+
     def in_memory(self) -> ChunkIndex:
         """A copy held wholly in memory (chunks, embeddings, term ids), free of the folder."""
         copy = ChunkIndex(nodes=list(self.nodes), embeddings=np.array(self.embeddings, np.float32),
@@ -274,6 +285,8 @@ class ChunkIndex:
                         "files": self.manifest, "vectors": vectors,
                         "sha256": {name: _sha256(tmp / name) for name in CHECKED_FILES}}
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+            documents = _positions_by_document(self.nodes)
+            (tmp / "documents.json").write_text(json.dumps(documents, ensure_ascii=False), encoding="utf-8")
             if self.summaries:
                 (tmp / "summaries.json").write_text(json.dumps(self.summaries, ensure_ascii=False), encoding="utf-8")
             _fsync_tree(tmp)
@@ -453,6 +466,13 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
+def _positions_by_document(nodes: Sequence[TextNode]) -> dict[str, list[int]]:
+    positions: dict[str, list[int]] = {}
+    for position, node in enumerate(nodes):
+        positions.setdefault(node.ref_doc_id or node.node_id, []).append(position)
+    return positions
+
+
 def _write_nodes(nodes: Sequence[TextNode], folder: Path) -> None:
     offsets = np.zeros(len(nodes) + 1, dtype=np.int64)
     with open(folder / "nodes.jsonl", "wb") as f:
@@ -514,10 +534,11 @@ def _remove_stale(path: Path, keep: set[str], settings: VectorStoreSettings) -> 
         stale_version = _VERSION.fullmatch(entry.name) and entry.name not in keep
         if stale_version and settings.kind == "server":
             _drop_collection(settings, path, entry / "manifest.json")
-        if stale_version or ".tmp-" in entry.name:
-            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-        elif entry.name in _FORMAT1_FILES:
-            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        if stale_version or ".tmp-" in entry.name or entry.name in _FORMAT1_FILES:
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
 
 def _drop_collection(settings: VectorStoreSettings, path: Path, manifest: Path) -> None:

@@ -121,9 +121,7 @@ class SummaryRetriever:
 
     def _prepare(self) -> None:
         """Group chunks by document, embed the summaries and index them for BM25."""
-        self._positions: dict[str, list[int]] = {}
-        for position, node in enumerate(self.index.nodes):
-            self._positions.setdefault(node.ref_doc_id or node.node_id, []).append(position)
+        self._positions = self.index.document_positions()
         summaries = self.index.summaries
         self._summaries = {}
         for doc_id, positions in self._positions.items():
