@@ -109,7 +109,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
     edge_labels: ClassVar[dict[tuple[str, str], str]] = {
         ("grade", "RefineInternalEvent"): "Correct · Ambiguous",
         ("grade", "WebSearchNeededEvent"): "Incorrect · Ambiguous",
-        ("grade", "RewriteQueryEvent"): "Incorrect · Ambiguous, if not speculative",
+        ("grade", "RewriteQueryEvent"): "if not speculative",
     }
 
     def __init__(

@@ -12,10 +12,12 @@ from collections import defaultdict
 from html import escape
 
 from workflows import Workflow
-from workflows.representation import WorkflowGraph, get_workflow_representation
+from workflows.representation import WorkflowGraph
 
 from crag.errors import TraceError
-from crag.app.render.layout import MONO, layout
+from crag.app.render.explain import CSS as EXPLAIN_CSS
+from crag.app.render.explain import strips_html, why_html
+from crag.app.render.layout import MONO, graph_of, layout
 from crag.app.render.svg import MARK, Highlight, about, page, svg, text
 from crag.trace import RunTrace, StepRecord
 
@@ -151,8 +153,15 @@ def timeline_svg(trace: RunTrace, width: int = 460) -> str:
 def trace_html(
     workflow: Workflow | type[Workflow], trace: RunTrace, *, title: str = "crag run"
 ) -> str:
-    """A complete offline HTML page of one run: its path on the graph, verdict, times and calls."""
-    graph = get_workflow_representation(workflow)
+    """A complete offline HTML page of one run: why its verdict (grades against the thresholds,
+    the rule, the strips kept and dropped, the answer and its sources), its path on the graph,
+    times and calls."""
+    return page(title, trace_body(workflow, trace, title=title), CSS + EXPLAIN_CSS)
+
+
+def trace_body(workflow: Workflow | type[Workflow], trace: RunTrace, *, title: str = "crag run") -> str:
+    """`trace_html`'s page content, without the page around it."""
+    graph = graph_of(workflow)
     notes, hl = run_path(graph, trace)
     lay = layout(graph, notes)
     n_steps = sum(n.kind == "step" for n in lay.nodes.values())
@@ -169,10 +178,13 @@ def trace_html(
     issues += [f"{s.name}: {s.degraded}" for s in trace.steps if s.degraded]
     verdict = escape(trace.verdict or "none")
     badge = f'<span class="verdict" style="background:{colour}">{verdict}</span>'
-    return page(title, f"""<h1>{escape(title)}</h1>
+    ex = trace.explanation
+    why, strips = (why_html(ex), strips_html(ex)) if ex is not None else ("", "")
+    return f"""<h1>{escape(title)}</h1>
 <p class="query">“{escape(trace.query)}”</p>
 <p class="facts">{badge} {facts}</p>
 <p>{escape(meaning)}.</p>{"".join(f'<p class="degraded">⚠ {escape(line)}</p>' for line in issues)}
+{why}<h2>The run's path</h2>
 <div class="run">
 <figure class="graph">{svg(lay, hl)}</figure>
 <figure><figcaption>Timeline</figcaption>{timeline_svg(trace)}
@@ -181,4 +193,4 @@ overlapping bars ran concurrently.</small></p>
 </figure>
 </div>
 <p><small>{about(workflow).rstrip(".")}. Hover a step for its events, times and calls.</small></p>
-""", CSS)
+{strips}"""

@@ -100,11 +100,11 @@ def svg(lay: Layout, highlight: Highlight | None = None) -> str:
                      f'd="{_path(e.points)}" fill="none" '
                      f'stroke="{stroke}" stroke-width="{width}"{dash} '
                      f'marker-end="url(#{marker})"/>')
-        if e.label:  # a white halo keeps the label readable where it crosses a line
-            (x0, y0), (x1, y1) = e.points[0], e.points[-1]
+        if e.label:  # beside the arrow's head; a white halo keeps it readable over lines
+            x1, y1 = e.points[-1]
             halo = {"stroke": "#fff", "stroke_width": "3", "paint_order": "stroke"}
-            parts.append(text((x0 + x1) / 2 + 5, (y0 + y1) / 2, e.label, font_size="11",
-                              fill="#475569", **halo))
+            parts.append(text(x1 + 6, y1 - 10, e.label, font_size="11",
+                              fill="#475569", class_="edge-label", **halo))
     for n in lay.nodes.values():
         fill, stroke, ink = STYLE[n.kind][:3]
         state, line, dash = "", None, ""
