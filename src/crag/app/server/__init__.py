@@ -32,6 +32,7 @@ from crag.app.server.auth import ApiKeyMiddleware
 from crag.app.server.guard import RequestGuard, check_bind
 from crag.app.server.routes import WORKFLOW_NAME, crag_routes
 from crag.app.server.stores import StoreChoice, store_for
+from crag.app.server.upkeep import CancelReport, LiveRuns, Upkeep, with_upkeep
 from crag.app.server.validation import QueryCheckMiddleware
 from crag.workflows import CorrectiveRAGWorkflow
 
@@ -71,11 +72,16 @@ def build_server(
     register_secret(key)  # so that no error message or trace can show it
     check_bind(settings.server.host, key)
     admission = Admission(settings.server.max_runs, settings.server.max_queue, max_wait=settings.run.timeout)
-    track_runs(workflow)
+    live = LiveRuns()
+    track_runs(workflow, live.ids)
+    upkeep = Upkeep(store.store, store.kind, store.where, live=live, keep_runs=settings.server.keep_runs,
+                    keep_days=settings.server.keep_days, orphan_after=settings.server.orphan_after,
+                    index_path=settings.index.path)
     middleware = [
         Middleware(RequestGuard, max_body_bytes=settings.server.max_body_bytes, local_only=not key),
         Middleware(QueryCheckMiddleware),
         Middleware(AdmissionMiddleware, admission=admission),
+        Middleware(CancelReport, upkeep=upkeep),
     ]
     if key:
         middleware.insert(0, Middleware(ApiKeyMiddleware, api_key=key))  # outermost: checked first
@@ -88,7 +94,8 @@ def build_server(
     server = WorkflowServer(workflow_store=store.store, middleware=middleware, runtime=BasicRuntime())
     server.add_workflow(WORKFLOW_NAME, workflow)
     # Ahead of the server's routes, so crag's /health (which says more) answers, not its own.
-    server.app.router.routes[:0] = crag_routes(workflow, index, store.store, store.kind, auth=bool(key))
+    server.app.router.routes[:0] = crag_routes(workflow, index, store.store, store.kind, auth=bool(key), upkeep=upkeep)
+    with_upkeep(server.app, upkeep, every=settings.server.orphan_after / 3)
     return CragServer(server=server, store=store, auth=bool(key))
 
 

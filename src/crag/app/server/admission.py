@@ -114,15 +114,18 @@ class Admission:
         self.running -= 1
 
 
-def track_runs(workflow: Workflow) -> None:
-    """Make each run started by an admitted request give its slot back when it ends."""
+def track_runs(workflow: Workflow, live: set[str] | None = None) -> None:
+    """Make each run started by an admitted request give its slot back when it ends, and
+    keep `live` (run ids) to the runs this process is running."""
     start = workflow.run
 
     def run(*args: Any, **kwargs: Any) -> Any:
         handler = start(*args, **kwargs)
         slot = _SLOT.get()
-        if slot is not None and slot.hand_to_run():
-            task = asyncio.create_task(_release_at_end(handler, slot))
+        if slot is not None and not slot.hand_to_run():
+            slot = None
+        if live is not None or slot is not None:
+            task = asyncio.create_task(_release_at_end(handler, slot, live))
             _WATCHERS.add(task)
             task.add_done_callback(_WATCHERS.discard)
         return handler
@@ -133,13 +136,18 @@ def track_runs(workflow: Workflow) -> None:
 _WATCHERS: set[asyncio.Task[None]] = set()  # held, so that a pending watcher is not collected
 
 
-async def _release_at_end(handler: Any, slot: Slot) -> None:
+async def _release_at_end(handler: Any, slot: Slot | None, live: set[str] | None) -> None:
+    if live is not None:
+        live.add(handler.run_id)
     try:
         await handler.stop_event_result()  # public; raises if the run failed or was cancelled
     except BaseException:  # noqa: BLE001 - however the run ended, its slot is free
         pass
     finally:
-        slot.release()
+        if slot is not None:
+            slot.release()
+        if live is not None:
+            live.discard(handler.run_id)
 
 
 class AdmissionMiddleware:

@@ -3,7 +3,8 @@ says what is served, and a finished run's trace as a picture."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any
 
 from llama_agents.server import AbstractWorkflowStore, HandlerQuery
 from starlette.requests import Request
@@ -15,11 +16,15 @@ from crag.events import CragResult
 from crag.index import ChunkIndex
 from crag.app.render import trace_html
 
+if TYPE_CHECKING:
+    from crag.app.server.upkeep import Upkeep
+
 WORKFLOW_NAME = "crag"
 
 
 def crag_routes(
-    workflow: Workflow, index: ChunkIndex, store: AbstractWorkflowStore, store_kind: str, *, auth: bool
+    workflow: Workflow, index: ChunkIndex, store: AbstractWorkflowStore, store_kind: str, *, auth: bool,
+    upkeep: Upkeep | None = None,
 ) -> list[Route]:
     """`GET /health` and `GET /handlers/{handler_id}/trace`."""
 
@@ -32,10 +37,16 @@ def crag_routes(
             "store": store_kind,
             "auth": auth,
         }
-        try:
-            await store.query(HandlerQuery(handler_id_in=["-health-probe-"]))
-        except Exception as exc:  # noqa: BLE001 - any store failure makes this process unfit
-            body.update(status="unhealthy", error=f"the {store_kind} store is unreachable: {type(exc).__name__}")
+        if upkeep is not None:  # each probe off the event loop, within 2 s
+            problems = [p for p in await asyncio.gather(upkeep.store_problem(), upkeep.index_problem_now()) if p]
+        else:
+            try:
+                await store.query(HandlerQuery(handler_id_in=["-health-probe-"]))
+                problems = []
+            except Exception as exc:  # noqa: BLE001 - any store failure makes this process unfit
+                problems = [f"the {store_kind} store is unreachable: {type(exc).__name__}"]
+        if problems:
+            body.update(status="unhealthy", error="; ".join(problems))
             return JSONResponse(body, status_code=503)
         return JSONResponse(body)
 

@@ -1,0 +1,267 @@
+"""What keeps a long-lived `crag serve` honest: health probes with a time limit, run history
+pruned to `[server] keep_runs` / `keep_days`, and no run left `running` by a server that died.
+
+Orphans. Each server has an id and, every few seconds, writes a heartbeat row into the run
+store (`crag_servers`: id, time, the run ids it is running). A run marked `running` that no
+server with a fresh heartbeat (younger than `[server] orphan_after`) claims, and that started
+longer ago than that, was cut off (kill -9, a lost machine, a failed store write) and is marked
+failed, by whichever server sweeps next: at startup and at every beat. A run this process
+started but no longer runs (its final store write failed) is failed the same way.
+
+Blocking work (SQLite, file system) runs in a thread; each probe has a time limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from llama_agents.server import AbstractWorkflowStore
+from llama_agents.server._store.abstract_workflow_store import HandlerQuery
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+ORPHANED = "the server running it stopped (or could not record its end) before the run finished; ask again"
+PROBE_TIMEOUT = 2.0
+TERMINAL = ("completed", "failed", "cancelled")
+_HEARTBEAT_DDL = "CREATE TABLE IF NOT EXISTS crag_servers (server_id TEXT PRIMARY KEY, beat DOUBLE PRECISION NOT NULL, runs TEXT NOT NULL)"
+
+
+class LiveRuns:
+    """The run ids this process is running (kept up by `admission.track_runs`)."""
+
+    def __init__(self) -> None:
+        self.server_id = uuid.uuid4().hex[:12]
+        self.ids: set[str] = set()
+
+
+async def within(seconds: float, blocking: Callable[[], Any]) -> Any:
+    """`blocking()` in a thread, given up (not waited for) after `seconds`."""
+    return await asyncio.wait_for(asyncio.to_thread(blocking), seconds)
+
+
+class Upkeep:
+    """Probes, pruning and the orphan sweep for one store (`kind`: "sqlite" or "postgresql")."""
+
+    def __init__(self, store: AbstractWorkflowStore, kind: str, where: str, *, live: LiveRuns,
+                 keep_runs: int, keep_days: float, orphan_after: float, index_path: Path) -> None:
+        self.store, self.kind, self.live = store, kind, live
+        self.target = where if kind == "sqlite" else getattr(store, "_dsn", None) or where
+        self.keep_runs, self.keep_days, self.orphan_after = keep_runs, keep_days, orphan_after
+        self.index_path = index_path
+        self.index_problem: str | None = None  # a failed reload of the index, for /health
+
+    # --- health ---------------------------------------------------------------------------
+
+    async def store_problem(self) -> str | None:
+        try:
+            if self.kind == "sqlite":
+                await within(PROBE_TIMEOUT, self._sqlite_probe)
+            else:
+                await asyncio.wait_for(self.store.query(HandlerQuery(handler_id_in=["-health-probe-"])), PROBE_TIMEOUT)
+        except asyncio.TimeoutError:
+            return f"the {self.kind} store did not answer within {PROBE_TIMEOUT:g} s"
+        except Exception as exc:  # noqa: BLE001 - any failure makes this process unfit
+            return f"the {self.kind} store is unreachable: {type(exc).__name__}"
+        return None
+
+    def _sqlite_probe(self) -> None:
+        with _sqlite(self.target, PROBE_TIMEOUT) as connection:
+            connection.execute("SELECT 1 FROM handlers LIMIT 1").fetchall()
+            # In WAL mode a reader is never blocked; a run must write, so take the write lock.
+            connection.execute("BEGIN IMMEDIATE")
+            connection.rollback()
+
+    async def index_problem_now(self) -> str | None:
+        """Why the served index cannot serve: a failed reload, or its files gone from disk."""
+        if self.index_problem:
+            return self.index_problem
+        try:
+            return await within(PROBE_TIMEOUT, self._index_probe)
+        except asyncio.TimeoutError:
+            return f"the index folder did not answer within {PROBE_TIMEOUT:g} s"
+
+    def _index_probe(self) -> str | None:
+        pointer = self.index_path / "CURRENT"
+        try:
+            version = pointer.read_text(encoding="utf-8").strip() if pointer.exists() else ""
+            folder = self.index_path / version if version else self.index_path
+            if not (folder / "manifest.json").is_file():
+                return f"the index at {self.index_path} has no readable version {version or '(format 1)'}"
+        except OSError as exc:
+            return f"the index at {self.index_path} cannot be read: {exc.strerror or type(exc).__name__}"
+        return None
+
+    # --- pruning --------------------------------------------------------------------------
+
+    async def prune(self) -> int:
+        """Delete finished runs beyond the newest `keep_runs` or older than `keep_days`."""
+        cutoff = datetime.now(timezone.utc) - timedelta(days=self.keep_days)
+        if self.kind == "sqlite":
+            return await within(30.0, lambda: self._sqlite_prune(cutoff.isoformat()))
+        finished = await self.store.query(HandlerQuery(status_in=list(TERMINAL)))  # type: ignore[arg-type]
+        finished.sort(key=lambda h: h.completed_at or h.updated_at or cutoff, reverse=True)
+        doomed = [h.handler_id for n, h in enumerate(finished)
+                  if n >= self.keep_runs or (h.completed_at or h.updated_at or cutoff) < cutoff]
+        return await self.store.delete(HandlerQuery(handler_id_in=doomed)) if doomed else 0
+
+    def _sqlite_prune(self, cutoff: str) -> int:
+        with _sqlite(self.target, 30.0) as connection:
+            marks = ",".join("?" * len(TERMINAL))
+            deleted = connection.execute(
+                f"DELETE FROM handlers WHERE status IN ({marks}) AND (COALESCE(completed_at, updated_at) < ? "
+                f"OR handler_id NOT IN (SELECT handler_id FROM handlers WHERE status IN ({marks}) "
+                "ORDER BY COALESCE(completed_at, updated_at) DESC LIMIT ?))",
+                (*TERMINAL, cutoff, *TERMINAL, self.keep_runs),
+            ).rowcount
+            if deleted:
+                connection.execute("DELETE FROM events WHERE run_id NOT IN "
+                                   "(SELECT run_id FROM handlers WHERE run_id IS NOT NULL)")
+            return deleted
+
+    # --- heartbeat and orphans ------------------------------------------------------------
+
+    async def beat_and_sweep(self) -> int:
+        """Write this server's heartbeat, then fail the runs no live server claims."""
+        return await self.sweep(await self.beat())
+
+    async def beat(self) -> set[str]:
+        """Write this server's heartbeat; the run ids that live servers claim."""
+        now = time.time()
+        runs = sorted(self.live.ids)
+        if self.kind == "sqlite":
+            return await within(10.0, lambda: self._sqlite_beat(now, runs))
+        return await self._postgres_beat(now, runs)
+
+    async def sweep(self, claimed: set[str]) -> int:
+        """Fail the runs marked running that no live server claims; how many."""
+        cutoff = datetime.now(timezone.utc) - timedelta(seconds=self.orphan_after)
+        failed = 0
+        for handler in await self.store.query(HandlerQuery(status_in=["running"])):
+            if handler.run_id is None or handler.run_id in claimed or handler.run_id in self.live.ids:
+                continue
+            if handler.started_at is not None and handler.started_at > cutoff:
+                continue  # just started: its server may not have beaten since
+            await self.store.update_handler_status(handler.run_id, status="failed", error=ORPHANED)
+            failed += 1
+        return failed
+
+    def _sqlite_beat(self, now: float, runs: list[str]) -> set[str]:
+        with _sqlite(self.target, 10.0) as connection:
+            connection.execute(_HEARTBEAT_DDL)
+            connection.execute("INSERT OR REPLACE INTO crag_servers VALUES (?, ?, ?)",
+                               (self.live.server_id, now, json.dumps(runs)))
+            connection.execute("DELETE FROM crag_servers WHERE beat < ?", (now - 10 * self.orphan_after,))
+            rows = connection.execute("SELECT runs FROM crag_servers WHERE beat >= ?",
+                                      (now - self.orphan_after,)).fetchall()
+        return {run for (text,) in rows for run in json.loads(text)}
+
+    async def _postgres_beat(self, now: float, runs: list[str]) -> set[str]:
+        import asyncpg
+
+        connection = await asyncio.wait_for(asyncpg.connect(self.target), 10.0)
+        try:
+            await connection.execute(_HEARTBEAT_DDL)
+            await connection.execute(
+                "INSERT INTO crag_servers VALUES ($1, $2, $3) ON CONFLICT (server_id) "
+                "DO UPDATE SET beat = EXCLUDED.beat, runs = EXCLUDED.runs",
+                self.live.server_id, now, json.dumps(runs))
+            await connection.execute("DELETE FROM crag_servers WHERE beat < $1", now - 10 * self.orphan_after)
+            rows = await connection.fetch("SELECT runs FROM crag_servers WHERE beat >= $1", now - self.orphan_after)
+        finally:
+            await connection.close()
+        return {run for row in rows for run in json.loads(row["runs"])}
+
+    async def leave(self) -> None:
+        """Drop this server's heartbeat on a clean stop, so its runs are not waited for."""
+        self.live.ids.clear()
+        try:
+            await self.beat_and_sweep()
+        except Exception:  # noqa: BLE001 - stopping anyway
+            pass
+
+    # --- the background loop --------------------------------------------------------------
+
+    async def run_forever(self, every: float, prune_every: float = 60.0) -> None:
+        last_prune = 0.0
+        while True:
+            for job in (self.beat_and_sweep, *((self.prune,) if time.monotonic() - last_prune > prune_every else ())):
+                try:
+                    await job()
+                except Exception as exc:  # noqa: BLE001 - upkeep must outlive a bad moment
+                    print(f"crag: upkeep ({job.__name__}) failed: {type(exc).__name__}: {exc}", flush=True)
+            if time.monotonic() - last_prune > prune_every:
+                last_prune = time.monotonic()
+            await asyncio.sleep(every)
+
+
+def with_upkeep(app: Any, upkeep: Upkeep, every: float) -> None:
+    """Run `upkeep` beside the app, from its startup (after the store starts) to its shutdown."""
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(application: Any) -> AsyncIterator[None]:
+        async with inner(application):
+            task = asyncio.create_task(upkeep.run_forever(every))
+            try:
+                yield
+            finally:
+                task.cancel()
+                await upkeep.leave()
+
+    app.router.lifespan_context = lifespan
+
+
+class _sqlite:  # noqa: N801 - a context manager, used like a function
+    """A short-lived connection of its own (used from a worker thread), closed on exit."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        self.connection = sqlite3.connect(path, timeout=timeout)
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self.connection
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.connection.commit()
+        self.connection.close()
+
+
+class CancelReport:
+    """`POST /handlers/{id}/cancel` says what happened to a run that is not running here: a
+    finished run's status (409), or an orphan marked failed; a run this process runs, or an
+    unknown one, goes on to the server's own route."""
+
+    def __init__(self, app: ASGIApp, upkeep: Upkeep) -> None:
+        self.app = app
+        self.upkeep = upkeep
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or scope["method"] != "POST" or not path.endswith("/cancel") \
+                or not path.startswith("/handlers/") or "purge=true" in scope.get("query_string", b"").decode():
+            await self.app(scope, receive, send)
+            return
+        handler_id = path[len("/handlers/"):-len("/cancel")]
+        found = await self.upkeep.store.query(HandlerQuery(handler_id_in=[handler_id]))
+        if not found or found[0].run_id in self.upkeep.live.ids:
+            await self.app(scope, receive, send)
+            return
+        handler = found[0]
+        if handler.status == "running":
+            await self.upkeep.beat_and_sweep()  # claimed by a live server elsewhere, or failed now
+            handler = (await self.upkeep.store.query(HandlerQuery(handler_id_in=[handler_id])))[0]
+            if handler.status == "running":
+                await self.app(scope, receive, send)
+                return
+        body = {"status": handler.status, "detail": f"The run had already ended ({handler.status})"
+                + (f": {handler.error}" if handler.error else "") + "; nothing to cancel."}
+        await JSONResponse(body, status_code=409)(scope, receive, send)

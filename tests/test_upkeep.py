@@ -1,0 +1,147 @@
+"""A long-lived `crag serve` stays honest: /health probes the store and the index within a
+time limit, history is pruned to keep_runs / keep_days, runs no live server claims are failed,
+and cancelling a run that is not running here says what became of it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+from llama_agents.server import PersistentHandler
+from llama_agents.server._store.abstract_workflow_store import HandlerQuery
+
+from crag.app.server.stores import PostgresRunStore, SqliteRunStore
+from crag.app.server.upkeep import ORPHANED, LiveRuns, Upkeep
+
+from test_serve import ANSWERED, _settings, running
+
+POSTGRES_URL = os.environ.get("CRAG_TEST_POSTGRES_URL")
+
+
+def _handler(handler_id: str, status: str = "running", age: float = 0.0) -> PersistentHandler:
+    at = datetime.now(timezone.utc) - timedelta(seconds=age)
+    return PersistentHandler(handler_id=handler_id, workflow_name="crag", status=status,
+                             run_id=f"run-{handler_id}", started_at=at,
+                             completed_at=at if status != "running" else None)
+
+
+def _upkeep(store, kind: str, where: str, tmp_path: Path, **kw) -> Upkeep:  # noqa: ANN001
+    options = {"keep_runs": 1000, "keep_days": 30.0, "orphan_after": 1.0} | kw
+    return Upkeep(store, kind, where, live=LiveRuns(), index_path=tmp_path, **options)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store_and_kind(request: pytest.FixtureRequest, tmp_path: Path):
+    if request.param == "sqlite":
+        where = str(tmp_path / "server.db")
+        store = SqliteRunStore(where)
+    else:
+        if not POSTGRES_URL:
+            pytest.skip("CRAG_TEST_POSTGRES_URL is not set")
+        where = POSTGRES_URL
+        store = PostgresRunStore(POSTGRES_URL)
+        await store.start()
+        await store.delete(HandlerQuery(workflow_name_in=["crag"]))
+    yield store, request.param, where
+    if request.param == "postgresql":
+        await store.delete(HandlerQuery(workflow_name_in=["crag"]))
+
+
+async def test_runs_no_live_server_claims_are_failed_and_claimed_ones_kept(store_and_kind, tmp_path: Path) -> None:
+    store, kind, where = store_and_kind
+    for handler in (_handler("orphan", age=5), _handler("fresh"), _handler("elsewhere", age=5),
+                    _handler("mine", age=5), _handler("done", "completed", age=5)):
+        await store.update(handler)
+    other = _upkeep(store, kind, where, tmp_path)  # another live server, running "elsewhere"
+    other.live.ids.add("run-elsewhere")
+    await other.beat()
+    this = _upkeep(store, kind, where, tmp_path)
+    this.live.ids.add("run-mine")
+
+    await this.beat_and_sweep()
+
+    found = {h.handler_id: h for h in await store.query(HandlerQuery(workflow_name_in=["crag"]))}
+    assert found["orphan"].status == "failed" and found["orphan"].error == ORPHANED
+    assert found["fresh"].status == "running"  # too young to judge: its server may not have beaten yet
+    assert found["elsewhere"].status == "running" and found["mine"].status == "running"
+    assert found["done"].status == "completed"
+
+    time.sleep(1.1)  # the other server's heartbeat goes stale: it died
+    await this.beat_and_sweep()
+    found = {h.handler_id: h for h in await store.query(HandlerQuery(workflow_name_in=["crag"]))}
+    assert found["elsewhere"].status == "failed" and found["mine"].status == "running"
+
+
+async def test_history_keeps_the_newest_keep_runs_and_nothing_older_than_keep_days(store_and_kind, tmp_path: Path) -> None:
+    store, kind, where = store_and_kind
+    for n in range(5):
+        await store.update(_handler(f"r{n}", "completed", age=60 * (5 - n)))  # r4 newest
+    await store.update(_handler("ancient", "failed", age=3 * 86400))
+    await store.update(_handler("live", age=3 * 86400))
+
+    await _upkeep(store, kind, where, tmp_path, keep_runs=3, keep_days=1.0).prune()
+
+    left = {h.handler_id for h in await store.query(HandlerQuery(workflow_name_in=["crag"]))}
+    assert left == {"r2", "r3", "r4", "live"}  # a running run is never pruned
+
+
+def test_health_is_503_when_the_sqlite_store_is_locked_and_answers_within_its_limit(
+    sample_index_dir: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "server.db"
+    with running(_settings(sample_index_dir, store=str(db))) as url:
+        assert httpx.get(f"{url}/health").status_code == 200
+        locker = sqlite3.connect(db, timeout=0)
+        locker.execute("BEGIN EXCLUSIVE")
+        try:
+            began = time.monotonic()
+            reply = httpx.get(f"{url}/health", timeout=10)
+            took = time.monotonic() - began
+        finally:
+            locker.rollback()
+            locker.close()
+        assert reply.status_code == 503 and "sqlite store" in reply.json()["error"]
+        assert took < 4.0
+        assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_health_is_503_when_the_served_index_is_gone_from_disk(sample_index_dir: Path, tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    shutil.copytree(sample_index_dir, index)
+    with running(_settings(index, store=str(tmp_path / "server.db"))) as url:
+        assert httpx.get(f"{url}/health").status_code == 200
+        version = (index / "CURRENT").read_text().strip()
+        (index / version / "manifest.json").rename(index / "moved.json")
+        reply = httpx.get(f"{url}/health")
+    assert reply.status_code == 503 and "index" in reply.json()["error"]
+
+
+def test_cancelling_a_finished_run_says_how_it_ended(base_url: str) -> None:
+    done = httpx.post(f"{base_url}/workflows/crag/run", json={"start_event": {"query": ANSWERED}}, timeout=60).json()
+
+    reply = httpx.post(f"{base_url}/handlers/{done['handler_id']}/cancel")
+
+    assert reply.status_code == 409
+    assert reply.json()["status"] == "completed" and "nothing to cancel" in reply.json()["detail"]
+
+
+def test_cancelling_an_orphaned_run_marks_it_failed_and_says_so(sample_index_dir: Path, tmp_path: Path) -> None:
+    db = tmp_path / "server.db"
+    with running(_settings(sample_index_dir, store=str(db), orphan_after=1.0)) as url:
+        store = SqliteRunStore(str(db))  # another process's run, left running when it died
+        import asyncio
+
+        asyncio.run(store.update(_handler("ghost", age=30)))
+        store.close()
+        reply = httpx.post(f"{url}/handlers/ghost/cancel")
+    assert reply.status_code == 409
+    assert reply.json()["status"] == "failed" and "server running it stopped" in reply.json()["detail"]
+
+
+from test_serve import base_url  # noqa: E402,F401 - a fixture
