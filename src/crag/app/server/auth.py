@@ -8,7 +8,8 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-OPEN_PATHS = frozenset({"/health"})  # load balancers probe it without a key
+# Load balancers probe /health without a key; / is the live page, which asks for the key.
+OPEN_PATHS = frozenset({"/health", "/"})
 
 
 class ApiKeyMiddleware:

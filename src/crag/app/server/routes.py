@@ -1,5 +1,5 @@
 """What crag's users need beside the workflow server's own routes: a health check that
-says what is served, and a finished run's trace as a picture."""
+says what is served, a finished run's trace as a picture and its explanation, and the live page."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from workflows import Workflow
 from crag.events import CragResult
 from crag.index import ChunkIndex
 from crag.app.render import trace_html
+from crag.app.render.explain import explanation_html
+from crag.app.render.live import live_html
 
 if TYPE_CHECKING:
     from crag.app.server.upkeep import Upkeep
@@ -26,7 +28,9 @@ def crag_routes(
     workflow: Workflow, index: ChunkIndex, store: AbstractWorkflowStore, store_kind: str, *, auth: bool,
     upkeep: Upkeep | None = None,
 ) -> list[Route]:
-    """`GET /health` and `GET /handlers/{handler_id}/trace`."""
+    """`GET /health`, `GET /` (the live page), `GET /handlers/{handler_id}/trace` and
+    `GET /handlers/{handler_id}/explanation` (the why of a finished run, an HTML fragment)."""
+    live = live_html(workflow)  # the same for every request: drawn once
 
     async def health(request: Request) -> JSONResponse:
         """Open to all (load balancers): says what is served, never where or with what key."""
@@ -50,8 +54,12 @@ def crag_routes(
             return JSONResponse(body, status_code=503)
         return JSONResponse(body)
 
-    async def trace_page(request: Request) -> Response:
-        """The run's path on the workflow's graph, as `crag draw --trace` draws it."""
+    async def live_page(request: Request) -> HTMLResponse:
+        """Ask, watch the graph light up as the run's events arrive, then read why."""
+        return HTMLResponse(live)
+
+    async def finished(request: Request) -> CragResult | JSONResponse:
+        """The finished run's result, or the JSON error to answer instead (404, 409)."""
         handler_id = request.path_params["handler_id"]
         found = await store.query(HandlerQuery(handler_id_in=[handler_id]))
         if not found:
@@ -66,10 +74,28 @@ def crag_routes(
                 {"detail": f"The run {handler.status} without a result: {handler.error or 'no error recorded'}."},
                 status_code=409,
             )
-        result = value if isinstance(value, CragResult) else CragResult.model_validate(value)
-        return HTMLResponse(trace_html(workflow, result.trace, title=f"crag run {handler_id}"))
+        return value if isinstance(value, CragResult) else CragResult.model_validate(value)
+
+    async def trace_page(request: Request) -> Response:
+        """The run's path on the workflow's graph, and why, as `crag draw --trace` draws it."""
+        result = await finished(request)
+        if isinstance(result, JSONResponse):
+            return result
+        title = f"crag run {request.path_params['handler_id']}"
+        return HTMLResponse(trace_html(workflow, result.trace, title=title))
+
+    async def explanation(request: Request) -> Response:
+        """The why of a finished run, for the live page: an HTML fragment."""
+        result = await finished(request)
+        if isinstance(result, JSONResponse):
+            return result
+        if result.trace.explanation is None:
+            return JSONResponse({"detail": "This run recorded no explanation."}, status_code=404)
+        return HTMLResponse(explanation_html(result.trace.explanation))
 
     return [
         Route("/health", health, methods=["GET"]),
+        Route("/", live_page, methods=["GET"]),
         Route("/handlers/{handler_id}/trace", trace_page, methods=["GET"]),
+        Route("/handlers/{handler_id}/explanation", explanation, methods=["GET"]),
     ]
