@@ -74,6 +74,11 @@ def test_quickstart_runs_offline_and_shows_the_graph_and_a_run(kernel: str, tmp_
     assert len(pictures) == 3 and all("<svg" in p and "<script" not in p for p in pictures)
     assert "not taken" not in pictures[0] and "not taken" in pictures[1]  # all flows, then one run
     assert ">incorrect</span>" in pictures[1] and "with OneSentence" in pictures[2]
+    # `workflow` and `web` displayed themselves (_repr_html_): the graph with grade's verdict edges,
+    # and the run explained: its verdict rule, grades against the thresholds, answer and sources.
+    assert "Correct · Ambiguous" in pictures[0] and "<h1>CorrectiveRAGWorkflow</h1>" in pictures[0]
+    assert "Why incorrect:" in pictures[1] and 'class="threshold lower"' in pictures[1]
+    assert 'href="#crag-source-1"' in pictures[1] and "Dropped by refinement" in pictures[1]
     assert not list(tmp_path.iterdir())  # nothing written where the notebook ran
 
 

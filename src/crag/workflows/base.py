@@ -59,6 +59,12 @@ class RecordedWorkflow(Workflow):
         """Run synchronously; works inside a running event loop too (e.g. a notebook cell)."""
         return run_sync(lambda: self.run(query=query))
 
+    def _repr_html_(self) -> str:
+        """In Jupyter, the workflow's graph: every possible flow, inline SVG, nothing fetched."""
+        from crag.app.render import graph_html  # drawing is the app's; imported only when shown
+
+        return graph_html(self, title=type(self).__name__)
+
     def _get_steps(self) -> dict[str, Any]:
         # The engine looks the steps up (inspect.getmembers over the whole instance) each
         # time a step runs: about 0.2 ms, eight times a run. They change only when a step is
