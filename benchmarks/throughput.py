@@ -10,6 +10,8 @@ over the same small corpus (the questions' gold passages, from
 * crag: `crag serve` (the product's server) over an index built by `crag ingest`, with a
   config whose `[llm] base_url` is the fake and whose web search is BM25 over the same
   corpus (`--crag-web tavily`: the fake's Tavily endpoint instead).
+  `[server] max_runs` is the number of queries, so that the whole load is admitted at
+  once, as the pack's harness admits it.
   `--crag-store PATH` sets its `[server] store`; `--crag-store memory` runs a bare
   WorkflowServer with its in-memory store instead, to see what storing runs costs.
 * pack: `llama-index-packs-corrective-rag` 0.3.1 in its own venv (benchmarks/.venv-pack,
@@ -218,7 +220,8 @@ def crag_answer(reply: Any) -> str | None:
 
 @contextmanager
 def crag_server(
-    work: Path, fake: str, corpus: Path, top_k: int, web: str, store: str | None = None
+    work: Path, fake: str, corpus: Path, top_k: int, web: str, store: str | None = None,
+    queries: int = 100,
 ) -> Iterator[Server]:
     """`crag ingest` then `crag serve` with a config pointing at the fake."""
     web_section = (
@@ -233,6 +236,9 @@ def crag_server(
         f'[llm]\nbase_url = "{fake}/v1"\napi_key = "sk-fake-crag"\n\n'
         f"[web_search]\n{web_section}top_k = 5\n"  # the pack asks Tavily for 5 results
         + f'\n[server]\nhost = "127.0.0.1"\nport = {port}\n'
+        # Admit the whole load at once, as the pack's harness does: the benchmark measures
+        # what one process serves, not crag serve's admission limits (8 runs, 32 queued).
+        + f"max_runs = {queries}\nmax_queue = 0\n"
         + (f'store = "{store}"\n' if store not in (None, "memory") else ""),
         encoding="utf-8",
     )
@@ -458,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         corpus_path.write_text("".join(json.dumps(p) + "\n" for p in corpus), encoding="utf-8")
         with fake_server(args.latency, corpus_path) as fake:
             with crag_server(
-                work, fake, corpus_path, args.top_k, args.crag_web, args.crag_store
+                work, fake, corpus_path, args.top_k, args.crag_web, args.crag_store, args.queries
             ) as server:
                 results.append(asyncio.run(measure(server, fake, questions, args.timeout)))
         if not args.skip_pack:
