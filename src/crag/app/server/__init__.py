@@ -115,6 +115,9 @@ def settle_heap() -> None:
 
 def serve(settings: Settings) -> None:
     """Serve until interrupted, on `[server] host` and `port`."""
+    from crag.app.server.preflight import check_model_key
+
+    check_model_key(settings.llm)  # a refused key stops here, not in every run
     crag_server = build_server(settings)
     host, port = settings.server.host, settings.server.port
     print(
