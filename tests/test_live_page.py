@@ -108,6 +108,7 @@ def test_an_ambiguous_run_lights_up_in_order_both_branches_at_once_then_explains
     page = browser.new_page()
     page.goto(base_url + "/")
     assert page.title() == "crag, live"
+    assert page.locator("#key-form").is_hidden()  # no key on this server: none asked for
     page.fill("#question", AMBIGUOUS)
     page.click("#ask-button")
     # Both branches of the Ambiguous verdict are lit and running at the same moment.
@@ -134,7 +135,7 @@ def test_an_ambiguous_run_lights_up_in_order_both_branches_at_once_then_explains
     assert page.locator('.live path.edge.on[data-edge="InternalKnowledgeEvent synthesize"]').count() == 1
     assert page.locator('.live path.edge.on[data-edge="WebKnowledgeEvent synthesize"]').count() == 1
     why = page.inner_text("#result .why")
-    assert why.startswith("Why ambiguous:") and "lower threshold 0.327" in why
+    assert why.startswith("Why: Ambiguous:") and "lower threshold 0.327" in why
     assert page.inner_text("#result .answer") == result.answer
     sources = page.locator("#result .sources li")
     assert sources.count() == len(result.sources) > 0
@@ -156,7 +157,7 @@ def test_recent_runs_link_to_their_trace_pages(browser: object, base_url: str) -
     assert link.inner_text() == CORRECT
     link.click()
     page.wait_for_url(f"**/handlers/{handler}/trace")
-    assert page.inner_text(".why").startswith("Why correct:")
+    assert page.inner_text(".why").startswith("Why: Correct:")
     assert page.locator("svg.grades line.threshold").count() == 2
     page.close()
 

@@ -77,7 +77,7 @@ def test_quickstart_runs_offline_and_shows_the_graph_and_a_run(kernel: str, tmp_
     # `workflow` and `web` displayed themselves (_repr_html_): the graph with grade's verdict edges,
     # and the run explained: its verdict rule, grades against the thresholds, answer and sources.
     assert "Correct · Ambiguous" in pictures[0] and "<h1>CorrectiveRAGWorkflow</h1>" in pictures[0]
-    assert "Why incorrect:" in pictures[1] and 'class="threshold lower"' in pictures[1]
+    assert "<b>Why:</b> Incorrect:" in pictures[1] and 'class="threshold lower"' in pictures[1]
     assert 'href="#crag-source-1"' in pictures[1] and "Dropped by refinement" in pictures[1]
     assert not list(tmp_path.iterdir())  # nothing written where the notebook ran
 

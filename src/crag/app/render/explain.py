@@ -89,7 +89,7 @@ def why_html(ex: Explanation) -> str:
     web = ""
     if ex.rewritten_query:
         web = f'<p>Web query: <b>{escape(ex.rewritten_query)}</b></p>'
-    return f"""<p class="why"><b>Why {escape(ex.verdict)}:</b> {escape(ex.rule)}</p>
+    return f"""<p class="why"><b>Why:</b> {escape(ex.rule)}</p>
 <div class="explained">
 <section class="grading"><h2>Grades of the retrieved chunks</h2>{grades_svg(ex)}
 <p><small>At or above <b>upper</b> ({ex.upper:g}) a chunk makes the run Correct; with every chunk

@@ -30,6 +30,7 @@ PLACEHOLDER = " " * 16  # room under each step's name for its time and calls
 
 CSS = """\
 .crag form { margin: 6px 0 12px; display: flex; gap: 8px; max-width: 900px; }
+.crag form[hidden] { display: none; }
 .crag input[type=text], .crag input[type=password] { flex: 1; font-size: 16px; padding: 6px 10px;
   border: 1px solid #94a3b8; border-radius: 6px; }
 .crag button { font-size: 15px; padding: 6px 16px; border-radius: 6px; border: 1px solid #1d4ed8;
