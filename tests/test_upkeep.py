@@ -4,6 +4,7 @@ and cancelling a run that is not running here says what became of it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -145,3 +146,40 @@ def test_cancelling_an_orphaned_run_marks_it_failed_and_says_so(sample_index_dir
 
 
 from test_serve import base_url  # noqa: E402,F401 - a fixture
+
+
+def _ask(url: str, question: str) -> dict:
+    reply = httpx.post(f"{url}/workflows/crag/run", json={"start_event": {"query": question}}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return reply.json()["result"]["value"]["result"]
+
+
+def test_a_new_index_version_is_served_without_a_restart(sample_index_dir: Path, tmp_path: Path) -> None:
+    from crag import ingest
+
+    from conftest import SAMPLES
+
+    index, docs = tmp_path / "index", tmp_path / "docs"
+    shutil.copytree(sample_index_dir, index)
+    shutil.copytree(SAMPLES / "docs", docs)
+    question = "What colour is the Zorbulator 9000 chassis?"
+    with running(_settings(index, store=str(tmp_path / "server.db"))) as url:
+        before = _ask(url, question)
+        assert "zorbulator" not in json.dumps(before["sources"]).lower()
+        (docs / "zorbulator.md").write_text("# Zorbulator 9000\n\nThe Zorbulator 9000 chassis is teal.\n")
+        ingest([docs], index)
+        deadline = time.monotonic() + 10
+        while True:
+            after = _ask(url, question)
+            if "zorbulator" in json.dumps(after["sources"]).lower():
+                break
+            assert time.monotonic() < deadline, "the new version was not picked up"
+            time.sleep(0.5)
+        assert httpx.get(f"{url}/health").status_code == 200
+
+        (index / "CURRENT.tmp").write_text("v999\n")  # a pointer to a version that is not there
+        (index / "CURRENT.tmp").replace(index / "CURRENT")
+        time.sleep(2.5)
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 503 and "index" in health.json()["error"]
+        assert "zorbulator" in json.dumps(_ask(url, question)["sources"]).lower()  # the last good version serves on

@@ -30,6 +30,7 @@ from crag.index import ChunkIndex
 from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
 from crag.app.server.auth import ApiKeyMiddleware
 from crag.app.server.guard import RequestGuard, check_bind
+from crag.app.server.reload import IndexReloader
 from crag.app.server.routes import WORKFLOW_NAME, crag_routes
 from crag.app.server.stores import StoreChoice, store_for
 from crag.app.server.upkeep import CancelReport, LiveRuns, Upkeep, with_upkeep
@@ -65,6 +66,7 @@ def build_server(
     from crag.workflows.factory import build_workflow, warm_up_workflow
 
     index = index if index is not None else ChunkIndex.load(settings.index.path)
+    reloads = workflow is None  # a workflow given with components of its own is not rebuilt
     workflow = workflow or build_workflow(settings, index=index)
     warm_up_workflow(workflow, index)  # everything loaded before the first request is accepted
     store = store_for(settings)
@@ -95,7 +97,17 @@ def build_server(
     server.add_workflow(WORKFLOW_NAME, workflow)
     # Ahead of the server's routes, so crag's /health (which says more) answers, not its own.
     server.app.router.routes[:0] = crag_routes(workflow, index, store.store, store.kind, auth=bool(key), upkeep=upkeep)
-    with_upkeep(server.app, upkeep, every=settings.server.orphan_after / 3)
+    reloader = None
+    if reloads:
+
+        def install(new: CorrectiveRAGWorkflow) -> None:
+            track_runs(new, live.ids)
+            server.add_workflow(WORKFLOW_NAME, new)  # the next run gets it; running ones keep theirs
+
+        rebuild = lambda: build_workflow(settings, index=ChunkIndex.load(settings.index.path))  # noqa: E731
+        reloader = IndexReloader(settings.index.path, rebuild, install, upkeep)
+    with_upkeep(server.app, upkeep, every=settings.server.orphan_after / 3,
+                also=reloader.run_forever if reloader else None)
     return CragServer(server=server, store=store, auth=bool(key))
 
 

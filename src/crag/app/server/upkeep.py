@@ -203,18 +203,22 @@ class Upkeep:
             await asyncio.sleep(every)
 
 
-def with_upkeep(app: Any, upkeep: Upkeep, every: float) -> None:
-    """Run `upkeep` beside the app, from its startup (after the store starts) to its shutdown."""
+def with_upkeep(app: Any, upkeep: Upkeep, every: float, also: Callable[[], Any] | None = None) -> None:
+    """Run `upkeep` (and `also()`, a coroutine) beside the app, from its startup (after the
+    store starts) to its shutdown."""
     inner = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(application: Any) -> AsyncIterator[None]:
         async with inner(application):
-            task = asyncio.create_task(upkeep.run_forever(every))
+            tasks = [asyncio.create_task(upkeep.run_forever(every))]
+            if also is not None:
+                tasks.append(asyncio.create_task(also()))
             try:
                 yield
             finally:
-                task.cancel()
+                for task in tasks:
+                    task.cancel()
                 await upkeep.leave()
 
     app.router.lifespan_context = lifespan
