@@ -126,3 +126,18 @@ async def test_ask_works_inside_a_running_event_loop_as_in_a_notebook(sample_set
     asyncio.get_running_loop()  # a loop is running here, as in a Jupyter cell
     result = build_workflow(sample_settings).ask("What warranty does Lumen give on the Helio H10?")
     assert result.verdict is Verdict.CORRECT
+
+
+async def test_strips_are_scored_while_grading_and_refining_only_selects(sample_settings: Settings) -> None:
+    """The strip refiner scores each (query, chunk) once, during grading; refine_internal reuses it."""
+    from crag.steps.refining import StripRefiner
+
+    workflow = build_workflow(sample_settings)
+    refiner: StripRefiner = workflow.refiner
+    scored: list[str] = []
+    original = refiner._score
+    refiner._score = lambda query, chunk: scored.append(chunk.node.node_id) or original(query, chunk)  # type: ignore[method-assign]
+    result = await workflow.run(query="What warranty does Lumen give on the Helio H10?")
+    assert result.verdict.value == "correct" and result.answer
+    assert sorted(scored) == sorted(set(scored))  # no chunk scored twice
+    assert set(scored) >= {g.chunk_id for g in result.grades if g.score >= workflow.lower}

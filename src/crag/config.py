@@ -133,6 +133,7 @@ class RefinerSettings(_Section):
     # A sentence covering under a fifth of the question is noise; at 0.4, one SQuAD answer
     # sentence in six was dropped for scoring lower than the chunk it came from.
     min_score: float = Field(0.2, ge=0.0, le=1.0, description="Strips scoring below this are dropped.")
+    speculative: bool = Field(True, description="Score strips alongside grading, not after it.")
 
 
 class RewriterSettings(_Section):

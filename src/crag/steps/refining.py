@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future
 
 from llama_index.core.schema import NodeWithScore
 
@@ -16,11 +19,17 @@ from crag.trace import note_dropped
 class StripRefiner:
     """Splits each chunk into sentence strips, scores them, keeps the best in source order.
 
+    `prepare` scores a chunk's strips ahead of `refine` (the workflow calls it while the
+    grader works, so refining after the verdict only selects); a chunk's strips for a query
+    are scored once, whichever comes first, and kept for the last `CACHED` (query, chunk) pairs.
+
     Args:
         evaluator: scores a strip against the query.
         max_strips: strips kept in all; None keeps every strip that passes `min_score`.
         min_score: strips scoring below this are dropped.
     """
+
+    CACHED = 2048
 
     def __init__(
         self, evaluator: LexicalEvaluator, *, max_strips: int | None = 6, min_score: float = 0.4
@@ -28,10 +37,16 @@ class StripRefiner:
         self.evaluator = evaluator
         self.max_strips = max_strips
         self.min_score = min_score
+        self._scored: OrderedDict[tuple[str, str], Future[list[Strip]]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def warm_up(self) -> None:
         """Load the sentence splitter and the evaluator's analyzer."""
         warm_up(self.evaluator)
+
+    async def prepare(self, query: str, chunks: Sequence[NodeWithScore]) -> None:
+        """Score the chunks' strips now, so that `refine` on any of them only selects."""
+        await off_loop(lambda: [self._strips_of(query, chunk) for chunk in chunks])
 
     async def refine(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Strip]:
         # Splitting and scoring every sentence is the heaviest CPU work of an offline run.
@@ -41,23 +56,44 @@ class StripRefiner:
 
     def _refine(self, query: str, chunks: Sequence[NodeWithScore]) -> tuple[list[Strip], list[Strip]]:
         """The kept strips in source order, and the dropped ones, best first."""
-        strips: list[Strip] = []
-        for chunk in chunks:
-            meta = chunk.node.metadata
-            kind = "web" if meta.get("kind") == "web" else "internal"
-            for sentence in sentences(chunk.node.get_content()):
-                strips.append(
-                    Strip(
-                        text=sentence,
-                        source_id=chunk.node.node_id,
-                        kind=kind,
-                        score=self.evaluator.score(query, sentence, context_of(meta), split=False),
-                        doc_id=meta.get("doc_id") or chunk.node.ref_doc_id,
-                        title=meta.get("title"),
-                        url=meta.get("url"),
-                    )
-                )
+        strips = [strip for chunk in chunks for strip in self._strips_of(query, chunk)]
         ranked = sorted(range(len(strips)), key=lambda i: -strips[i].score)
         kept = sorted(i for i in ranked[: self.max_strips] if strips[i].score >= self.min_score)
         chosen = set(kept)
         return [strips[i] for i in kept], [strips[i] for i in ranked if i not in chosen]
+
+    def _strips_of(self, query: str, chunk: NodeWithScore) -> list[Strip]:
+        """The chunk's strips scored for `query`: computed by the first caller, awaited by others."""
+        key = (query, chunk.node.node_id)
+        with self._lock:
+            scored = self._scored.get(key)
+            mine = scored is None
+            if mine:
+                scored = self._scored[key] = Future()
+                if len(self._scored) > self.CACHED:
+                    self._scored.popitem(last=False)
+        if mine:
+            try:
+                scored.set_result(self._score(query, chunk))
+            except BaseException as exc:
+                with self._lock:
+                    self._scored.pop(key, None)
+                scored.set_exception(exc)
+        return scored.result()
+
+    def _score(self, query: str, chunk: NodeWithScore) -> list[Strip]:
+        meta = chunk.node.metadata
+        kind = "web" if meta.get("kind") == "web" else "internal"
+        context = context_of(meta)
+        return [
+            Strip(
+                text=sentence,
+                source_id=chunk.node.node_id,
+                kind=kind,
+                score=self.evaluator.score(query, sentence, context, split=False),
+                doc_id=meta.get("doc_id") or chunk.node.ref_doc_id,
+                title=meta.get("title"),
+                url=meta.get("url"),
+            )
+            for sentence in sentences(chunk.node.get_content())
+        ]

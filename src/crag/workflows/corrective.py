@@ -15,7 +15,9 @@ run never searches. Each step calls one component.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+
+from collections.abc import Coroutine, Sequence
 from time import perf_counter
 from typing import Any, ClassVar
 
@@ -98,6 +100,9 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         lower: every chunk scoring below this makes it Incorrect; in between, Ambiguous.
         speculative_rewrite: start the query rewrite alongside grading (default) rather
             than after an Incorrect or Ambiguous verdict; wasted only on Correct runs.
+        speculative_refine: let a refiner with `prepare` (the strip refiner) score the
+            retrieved chunks' strips while they are graded (default), so refining after the
+            verdict is a selection; wasted only on Incorrect runs.
         fallback_rewriter, fallback_synthesizer: stand in when the rewriter or synthesizer
             fails (an LLM that is down), so the run still answers; the result's
             `degraded` list says so. Default: the offline keyword rewriter and extractive
@@ -125,6 +130,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         upper: float = _DEFAULT_GRADES.upper,
         lower: float = _DEFAULT_GRADES.lower,
         speculative_rewrite: bool = True,
+        speculative_refine: bool = True,
         fallback_rewriter: QueryRewriter | None = None,
         fallback_synthesizer: Synthesizer | None = None,
         **kwargs: Any,
@@ -142,6 +148,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         self.upper = upper
         self.lower = lower
         self.speculative_rewrite = speculative_rewrite
+        self.speculative_refine = speculative_refine
         self.fallback_rewriter = fallback_rewriter or KeywordRewriter()
         self.fallback_synthesizer = fallback_synthesizer or ExtractiveSynthesizer()
 
@@ -172,6 +179,11 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
     ) -> RefineInternalEvent | WebSearchNeededEvent | RewriteQueryEvent:
         """Score every chunk and decide Correct, Incorrect or Ambiguous."""
         async with recording(ctx, "grade", ev) as record:
+            # Strips are scored while the grader works, so refining after the verdict only
+            # selects; wasted on Incorrect runs, as the speculative rewrite is on Correct ones.
+            prepare = getattr(self.refiner, "prepare", None) if self.speculative_refine else None
+            if prepare is not None:
+                _in_background(prepare(ev.query, ev.chunks))
             grades = await self.grader.grade(ev.query, ev.chunks)
             verdict = decide_verdict(grades, self.upper, self.lower)
             await ctx.store.set("grades", list(grades))
@@ -282,3 +294,14 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                 degraded=trace.degraded,
             )
         )
+
+
+_background: set[asyncio.Task] = set()
+
+
+def _in_background(work: Coroutine[Any, Any, Any]) -> None:
+    """Run `work` without waiting for it: kept referenced until done; a failure is dropped,
+    since whatever needed the work does it again (a speculative step)."""
+    task = asyncio.ensure_future(work)
+    _background.add(task)
+    task.add_done_callback(lambda done: (_background.discard(done), done.cancelled() or done.exception()))

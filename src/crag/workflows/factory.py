@@ -94,6 +94,7 @@ def build_workflow(
         upper=settings.grader.upper,
         lower=settings.grader.lower,
         speculative_rewrite=settings.rewriter.speculative,
+        speculative_refine=settings.refiner.speculative,
         timeout=settings.run.timeout,
     )
     warm_up_workflow(workflow, index)
