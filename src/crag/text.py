@@ -104,12 +104,19 @@ class TermStats:
 
     def add(self, text: str) -> None:
         self.num_docs += 1
+        self._idf.clear()
         self.doc_freq.update(set(terms(text)))  # type: ignore[attr-defined] - built from texts: a Counter
 
     def idf(self, term: str) -> float:
         """Smoothed IDF in (0, ~log N]; a term never seen gets the highest weight."""
-        n = max(self.num_docs, 1)
-        return math.log(1.0 + (n + 1) / (self.doc_freq.get(term, 0) + 0.5))
+        known = self._idf.get(term)
+        if known is None:  # each term's weight is computed once: every strip of a run asks again
+            n = max(self.num_docs, 1)
+            known = self._idf[term] = math.log(1.0 + (n + 1) / (self.doc_freq.get(term, 0) + 0.5))
+        return known
+
+    def __post_init__(self) -> None:
+        self._idf: dict[str, float] = {}
 
     def to_dict(self) -> dict[str, object]:
         return {"num_docs": self.num_docs, "doc_freq": dict(self.doc_freq)}
@@ -143,11 +150,15 @@ def weighted_coverage(
     if total == 0.0:
         return 0.0
     covered = 0.0
+    extended: set[str] | None = None  # the text terms' proper prefixes, made when first needed
     for term in unique:
         if term in text_terms:
             covered += stats.idf(term)
-        elif partial and related_by_prefix(term, text_terms, min_prefix):
-            covered += partial * stats.idf(term)
+        elif partial and len(term) >= min_prefix:
+            if extended is None:
+                extended = {t[:k] for t in text_terms for k in range(min_prefix, len(t))}
+            if term in extended or any(term[:k] in text_terms for k in range(min_prefix, len(term))):
+                covered += partial * stats.idf(term)  # related by prefix (`related_by_prefix`)
     return covered / total
 
 

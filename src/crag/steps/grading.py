@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import NodeWithScore
@@ -85,16 +86,18 @@ class LexicalEvaluator:
 
     def score(self, query: str, text: str, title: str | None = None, *, split: bool = True) -> float:
         """Relevance of `text` to `query`; `split=False` treats `text` as one sentence."""
-        wanted = terms(query)
+        wanted = _cached_terms(query)
         if not wanted:
             return 0.0
-        title_terms = set(terms(title)) if title else set()
+        title_terms = set(_cached_terms(title)) if title else set()
         text_terms = terms(text)
         whole = self._coverage(wanted, set(text_terms) | title_terms)
-        sents = [set(terms(s)) for s in sentences(text)] if split else [set(text_terms)]
-        sents = sents or [set()]
-        windows = [set().union(*sents[i : i + self.window]) | title_terms for i in range(len(sents))]
-        best = max(self._coverage(wanted, w) for w in windows)
+        if split:
+            sents = [set(terms(s)) for s in sentences(text)] or [set()]
+            windows = [set().union(*sents[i : i + self.window]) | title_terms for i in range(len(sents))]
+            best = max(self._coverage(wanted, w) for w in windows)
+        else:  # one sentence is its own only window
+            best = whole
         pairs = set(zip(wanted, wanted[1:]))
         phrase = len(pairs & set(zip(text_terms, text_terms[1:]))) / len(pairs) if pairs else whole
         return round(0.4 * whole + 0.4 * best + 0.2 * phrase, 4)
@@ -183,6 +186,12 @@ class LLMGrader:
                 return fallback.model_copy(update={"note": f"LLM grade unusable ({reason}); used {fallback.grader}"})
 
         return list(await asyncio.gather(*(one(c) for c in chunks)))
+
+
+@lru_cache(maxsize=4096)
+def _cached_terms(text: str) -> tuple[str, ...]:
+    """`terms` of a query or title, which every strip of a run scores against again."""
+    return tuple(terms(text))
 
 
 def context_of(metadata: dict) -> str | None:
