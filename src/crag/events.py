@@ -72,6 +72,13 @@ class CragResult(BaseModel):
         default_factory=list, description="Failures worked around in this run (empty when none)."
     )
 
+    def __repr__(self) -> str:
+        """One line: the workflow engine summarizes every step's output with it, and a person
+        reading a log wants the verdict and the answer, not the whole trace."""
+        answer = self.answer if len(self.answer) <= 80 else self.answer[:77] + "..."
+        return (f"CragResult(verdict={self.verdict.value!r}, answer={answer!r}, "
+                f"sources={len(self.sources)}, degraded={len(self.degraded)})")
+
     def _repr_html_(self) -> str | None:
         """In Jupyter, the run explained: why its verdict, its answer and sources, its path on
         the corrective workflow's graph (inline HTML and SVG, nothing fetched)."""
