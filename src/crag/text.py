@@ -80,12 +80,20 @@ def warm_up() -> None:
 
 def sentences(text: str) -> list[str]:
     """Split text into sentences (Punkt, offline), each stripped, none empty."""
+    return list(_split(text))
+
+
+@lru_cache(maxsize=8192)
+def _split(text: str) -> tuple[str, ...]:
+    # Cached: the chunks a question retrieves are graded, refined and often retrieved again
+    # by the next question, and Punkt is the costliest part of scoring them (CRAG's
+    # refinement splits every retrieved chunk). 8192 chunks of ~1 KB: a few MB.
     out: list[str] = []
     for block in re.split(r"\n\s*\n", text):
         block = " ".join(block.split())
         if block:
             out.extend(s.strip() for s in _punkt().tokenize(block) if s.strip())
-    return out
+    return tuple(out)
 
 
 @dataclass
