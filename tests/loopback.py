@@ -21,7 +21,8 @@ import struct
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
@@ -361,3 +362,21 @@ def failing(status: int, body: Any = None) -> Handler:
     """Answers every request with `status` and `body` (by default in Tavily's error shape)."""
     body = body if body is not None else {"detail": {"error": "server exploded"}}
     return lambda request: Reply(status, body)
+
+
+@contextmanager
+def uvicorn_serving(app: Any) -> Iterator[str]:
+    """An ASGI `app` under uvicorn on a free loopback port, in a thread; yields the base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from llama_index.core.schema import NodeWithScore
 
 from crag import Settings
@@ -24,6 +21,7 @@ from crag.errors import ConfigError
 from crag.events import Grade
 from crag.workflows.factory import build_workflow
 
+from loopback import uvicorn_serving
 from test_serve import ANSWERED, _settings, base_url, running  # noqa: F401 - base_url: a fixture
 
 RUN = "/workflows/crag/run-nowait"
@@ -58,22 +56,6 @@ def _server_with(settings: Settings, grader: GatedGrader):
     return build_server(settings, workflow=build_workflow(settings, index=index, grader=grader), index=index)
 
 
-@contextmanager
-def serving(app) -> Iterator[str]:  # noqa: ANN001 - an ASGI app
-    """`app` under uvicorn on a free loopback port, in a thread; yields the base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        assert thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-
-
 async def _wait_for(predicate, seconds: float = 10.0) -> None:
     for _ in range(int(seconds / 0.02)):
         if predicate():
@@ -87,7 +69,7 @@ async def test_runs_beyond_the_cap_wait_in_line_then_beyond_the_line_get_503(
 ) -> None:
     settings = _settings(sample_index_dir, store=str(tmp_path / "s.db"), max_runs=2, max_queue=1)
     grader = GatedGrader()
-    with serving(_server_with(settings, grader).app) as url:
+    with uvicorn_serving(_server_with(settings, grader).app) as url:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             first = [(await client.post(RUN, json=BODY)).json()["handler_id"] for _ in range(2)]
             await _wait_for(lambda: grader.inside == 2)

@@ -8,16 +8,15 @@ Skipped only where /usr/bin/chromium is missing; `.ci/run` installs it (never `p
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from conftest import SAMPLES
+from loopback import uvicorn_serving
 from crag import Settings, build_workflow
 from crag.app.server import build_server
 from crag.events import CragResult
@@ -68,18 +67,8 @@ def serving(index_dir: Path, tmp: Path, **server: object) -> Iterator[str]:
     workflow = build_workflow(settings)
     workflow.refiner = Slow(workflow.refiner, "refine")
     workflow.searcher = Slow(workflow.searcher, "search")
-    app = build_server(settings, workflow=workflow).app
-    server_ = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server_.run, daemon=True)
-    thread.start()
-    while not server_.started:
-        assert thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{server_.servers[0].sockets[0].getsockname()[1]}"
-    finally:
-        server_.should_exit = True
-        thread.join(30)
+    with uvicorn_serving(build_server(settings, workflow=workflow).app) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
