@@ -5,6 +5,7 @@ broken or empty one, and nothing that is not an index is ever deleted)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -291,3 +292,50 @@ def test_a_config_file_that_is_not_text_or_not_there_is_named(
     assert "missing.toml does not exist" in fails(
         capsys, "--config", str(tmp_path / "missing.toml"), "ask", "How long?", "--index", str(index_dir)
     )
+
+
+# --- paths that are not the file they should be -------------------------------------------------
+
+
+def test_a_folder_given_as_a_file_is_named(capsys: pytest.CaptureFixture[str], index_dir: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "somedir"
+    folder.mkdir()
+    assert "somedir is a folder" in fails(capsys, "--config", str(folder), "ask", "How long?", "--index", str(index_dir))
+    assert "Cannot write the trace to" in fails(
+        capsys, "ask", "How long does the battery last?", "--index", str(index_dir), "--trace", str(folder)
+    )
+    assert f"Cannot write {folder}: Is a directory" in fails(capsys, "draw", "--out", str(folder))
+    assert "Cannot read the trace" in fails(capsys, "draw", "--trace", str(folder))
+    assert sorted(folder.iterdir()) == []
+
+
+def test_a_named_pipe_is_refused_not_waited_on(capsys: pytest.CaptureFixture[str], index_dir: Path, tmp_path: Path) -> None:
+    before = [n.node_id for n in crag.ChunkIndex.load(index_dir).nodes]
+    os.mkfifo(tmp_path / "pipe.txt")
+    assert "pipe.txt is not a regular file" in fails(capsys, "ingest", str(tmp_path / "pipe.txt"), "--index", str(index_dir))
+    (tmp_path / "docs" / "pipe.md").unlink(missing_ok=True)
+    os.mkfifo(tmp_path / "docs" / "pipe.md")  # inside a folder it is passed over
+    assert main(["ingest", str(tmp_path / "docs"), "--index", str(index_dir), "--quiet"]) == 0
+    assert [n.node_id for n in crag.ChunkIndex.load(index_dir).nodes] == before
+
+
+def test_a_file_without_read_permission_is_named(
+    capsys: pytest.CaptureFixture[str], index_dir: Path, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As root, chmod 000 does not stop reading, so the refusal is simulated."""
+    config = tmp_path / "crag.toml"
+    config.write_text("[grader]\n", encoding="utf-8")
+    real_open = Path.open
+
+    def refuse(self: Path, *args, **kwargs):
+        if self.name in ("battery.md", "crag.toml"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refuse)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: refuse(self, "rb").read())
+    monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: refuse(self, encoding=encoding).read())
+    before = [n.node_id for n in crag.ChunkIndex.load(index_dir).nodes]
+    assert "Cannot read" in fails(capsys, "ingest", str(docs / "battery.md"), "--index", str(index_dir))
+    assert [n.node_id for n in crag.ChunkIndex.load(index_dir).nodes] == before
+    assert "Cannot read config file" in fails(capsys, "--config", str(config), "ask", "How long?", "--index", str(index_dir))

@@ -248,8 +248,12 @@ def _read_toml(config_file: str | Path | None) -> dict[str, Any]:
         return {}
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(f"Config file {path} is not valid TOML: {exc}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"Config file {path} is a folder; give a crag.toml file.") from None
+    except OSError as exc:
+        raise ConfigError(f"Cannot read config file {path}: {exc.strerror or exc}.") from None
 
 
 def _from_env(env: dict[str, str]) -> dict[str, dict[str, Any]]:

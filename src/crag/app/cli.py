@@ -242,7 +242,12 @@ def _draw(args: argparse.Namespace) -> int:
     if str(out) == "-":
         sys.stdout.write(text)
         return 0
-    out.write_text(text, encoding="utf-8")
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        from crag.errors import ConfigError
+
+        raise ConfigError(f"Cannot write {out}: {exc.strerror or exc}; give a file to --out.") from None
     print(f"wrote {out}")
     return 0
 

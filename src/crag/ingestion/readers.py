@@ -23,6 +23,8 @@ def find_files(paths: list[Path]) -> list[Path]:
             raise IngestError(f"{path} does not exist.")
         if path.is_dir():
             found.extend(p for p in sorted(path.rglob("*")) if p.suffix.lower() in SUPPORTED and p.is_file())
+        elif not path.is_file():  # a FIFO or a device: reading it could wait forever
+            raise IngestError(f"{path} is not a regular file (a pipe or a device); give files or folders.")
         elif path.suffix.lower() in SUPPORTED:
             found.append(path)
         else:
