@@ -339,3 +339,42 @@ def test_a_file_without_read_permission_is_named(
     assert "Cannot read" in fails(capsys, "ingest", str(docs / "battery.md"), "--index", str(index_dir))
     assert [n.node_id for n in crag.ChunkIndex.load(index_dir).nodes] == before
     assert "Cannot read config file" in fails(capsys, "--config", str(config), "ask", "How long?", "--index", str(index_dir))
+
+
+# --- text that is not text, JSON nested past reading ---------------------------------------------
+
+
+def test_a_question_that_is_not_utf8_is_named(capsys: pytest.CaptureFixture[str], index_dir: Path, tmp_path: Path) -> None:
+    """A byte that is not UTF-8 in argv reaches Python as a lone surrogate ('\\udc80')."""
+    for extra in ([], ["--json"], ["--trace", str(tmp_path / "t.json")]):
+        message = fails(capsys, "ask", "\udc80abc battery", "--index", str(index_dir), *extra)
+        assert "The question is not UTF-8 text (at character 1)" in message
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b'{"doc_id": "a", "text": "battery \\ud800 life"}', "holds a lone surrogate"),
+        (b'{"doc_id": "\\udfff", "text": "battery life"}', "holds a lone surrogate"),
+        (b'{"doc_id": "a", "text": "ok", "title": "\\ud83d"}', "holds a lone surrogate"),
+        (b"[" * 100_000, "JSON nested too deeply to read"),
+        (b'{"doc_id": "a", "text": ' + b"[" * 100_000, "JSON nested too deeply to read"),
+    ],
+    ids=["text", "doc-id", "title", "deep-list", "deep-text"],
+)
+def test_a_corpus_line_that_cannot_be_indexed_is_named_and_the_old_index_is_kept(
+    capsys: pytest.CaptureFixture[str], index_dir: Path, tmp_path: Path, line: bytes, message: str
+) -> None:
+    before = [n.node_id for n in crag.ChunkIndex.load(index_dir).nodes]
+    (tmp_path / "corpus.jsonl").write_bytes(b'{"doc_id": "ok", "text": "fine"}\n' + line + b"\n")
+    assert f"corpus.jsonl:2: {message}" in fails(capsys, "ingest", str(tmp_path / "corpus.jsonl"), "--index", str(index_dir))
+    assert [n.node_id for n in crag.ChunkIndex.load(index_dir).nodes] == before
+
+
+def test_a_paired_surrogate_escape_is_ordinary_text(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "corpus.jsonl").write_bytes(b'{"doc_id": "a", "text": "The drone \\ud83d\\ude81 flies 42 minutes."}\n')
+    assert main(["ingest", str(tmp_path / "corpus.jsonl"), "--index", str(tmp_path / "index"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["ask", "How long does the drone fly?", "--index", str(tmp_path / "index"), "--json", "--quiet"]) == 0
+    assert "\U0001f681" in json.loads(capsys.readouterr().out)["answer"]

@@ -183,6 +183,27 @@ def test_question_check_reads_every_shape_the_server_accepts() -> None:
     assert query_problem(b'{"start_event": {"query": 3}}') == "The question must be a string, not int."
     assert query_problem(b'{"start_event": {"query": "Why?"}}') is None
     assert query_problem(b"not json") is None  # left to the server's own 400
+    assert "lone surrogate" in query_problem(b'{"start_event": {"query": "why \\ud800?"}}')
+    assert "lone surrogate" in query_problem(b'{"start_event": "{\\"query\\": \\"\\\\udc80\\"}"}')
+    assert query_problem(b'{"start_event": {"query": "why \\ud83d\\ude00?"}}') is None  # a pair is text
+    assert "nested too deeply" in query_problem(b"[" * 100_000)
+    assert "nested too deeply" in query_problem(b'{"start_event": "' + b"[" * 100_000 + b'"}')
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"start_event": {"query": "Why \\udc80?"}}', b"[" * 5000, b'{"start_event": {"query": ' + b"[" * 5000 + b"}}"],
+    ids=["lone-surrogate", "deep-list", "deep-query"],
+)
+def test_a_body_no_step_could_read_is_a_400_and_starts_no_run(base_url: str, body: bytes) -> None:
+    before = len(httpx.get(f"{base_url}/handlers").json()["handlers"])
+
+    for route in ("run", "run-nowait"):
+        reply = httpx.post(f"{base_url}/workflows/crag/{route}", content=body,
+                           headers={"content-type": "application/json"})
+        assert reply.status_code == 400, reply.text
+        assert "lone surrogate" in reply.json()["detail"] or "nested too deeply" in reply.json()["detail"]
+    assert len(httpx.get(f"{base_url}/handlers").json()["handlers"]) == before
 
 
 def test_with_an_api_key_every_route_but_health_needs_it(sample_index_dir: Path, tmp_path: Path) -> None:

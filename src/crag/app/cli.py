@@ -200,6 +200,13 @@ def _ask(args: argparse.Namespace) -> int:
     if (args.require or args.exclude) and "keywords" not in settings.postprocess.stages:
         # Asking for keywords means filtering by them: first, so later stages see only matches.
         settings.postprocess.stages = ["keywords", *settings.postprocess.stages]
+    try:
+        args.question.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes that are not UTF-8 reach argv as lone surrogates
+        from crag.errors import QueryError
+
+        raise QueryError(f"The question is not UTF-8 text (at character {exc.start + 1}); "
+                         "check the terminal's encoding, or retype it.") from None
     workflow = build_workflow(settings)
     with nullcontext(lambda event: None) if args.quiet else step_progress() as on_step:
         result = asyncio.run(run_with_progress(workflow, args.question, on_step))

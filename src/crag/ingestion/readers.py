@@ -99,9 +99,17 @@ def _jsonl_documents(path: Path, text: str) -> Iterator[Document]:
         try:
             record = json.loads(line)
             doc_id, body = record["doc_id"], record["text"]
+            json.dumps(record, ensure_ascii=False).encode("utf-8")  # the index must write it back
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise IngestError(
                 f"{path}:{number}: expected a JSON object with 'doc_id' and 'text' ({exc})."
+            ) from None
+        except RecursionError:
+            raise IngestError(f"{path}:{number}: JSON nested too deeply to read; expected a flat object.") from None
+        except UnicodeEncodeError:  # a "\ud800" escape decodes to a lone surrogate
+            raise IngestError(
+                f"{path}:{number}: holds a lone surrogate (a \\ud800-\\udfff escape with no pair), "
+                "which is not text; fix or remove that escape."
             ) from None
         if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():
             raise IngestError(f"{path}:{number}: 'doc_id' must be a non-empty string (got {json.dumps(doc_id)}).")

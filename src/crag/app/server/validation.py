@@ -25,6 +25,13 @@ def query_problem(body: bytes) -> str | None:
     already answers those with a 400 of its own.
     """
     try:
+        return _problem(body)
+    except RecursionError:  # the server's own parse would fail the same way, as a 500
+        return "The request body is JSON nested too deeply to read; a run request is a flat object."
+
+
+def _problem(body: bytes) -> str | None:
+    try:
         payload = json.loads(body or b"{}")
     except ValueError:
         return None
@@ -36,6 +43,9 @@ def query_problem(body: bytes) -> str | None:
             start = json.loads(start)
         except ValueError:
             return None
+    if not _is_text(payload) or not _is_text(start):
+        return ("The request holds a lone surrogate (a \\ud800-\\udfff escape with no pair), "
+                "which is not text; send valid Unicode.")
     if isinstance(start, dict) and isinstance(start.get("value"), dict):
         start = start["value"]  # an envelope, as llama-agents-client sends it
     if not isinstance(start, dict) or "query" not in start:
@@ -49,6 +59,16 @@ def query_problem(body: bytes) -> str | None:
     if len(words) > MAX_QUERY_CHARS:
         return f"The question is {len(words)} characters long; the limit is {MAX_QUERY_CHARS}."
     return None
+
+
+def _is_text(value: object) -> bool:
+    """Whether every string in `value` is valid Unicode (a "\\ud800" escape decodes to a lone
+    surrogate, which no step could encode)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class QueryCheckMiddleware:
