@@ -378,3 +378,43 @@ def test_a_paired_surrogate_escape_is_ordinary_text(capsys: pytest.CaptureFixtur
     capsys.readouterr()
     assert main(["ask", "How long does the drone fly?", "--index", str(tmp_path / "index"), "--json", "--quiet"]) == 0
     assert "\U0001f681" in json.loads(capsys.readouterr().out)["answer"]
+
+
+# --- large inputs ---------------------------------------------------------------------------------
+
+
+def test_a_long_paragraph_is_cut_at_sentence_or_word_boundaries_and_short_text_is_unchanged() -> None:
+    from crag.ingestion.readers import PARAGRAPH_LIMIT, bounded_paragraphs
+
+    short = "The battery lasts 42 minutes.\n\nThe camera records 4K video. " * 100
+    assert bounded_paragraphs(short) == short
+    long = "The Zephyr battery lasts 42 minutes per charge. " * 5_000
+    cut = bounded_paragraphs(long)
+    assert max(map(len, cut.split("\n\n\n"))) <= PARAGRAPH_LIMIT and cut.split() == long.split()
+    assert all(p.endswith("charge.") for p in cut.split("\n\n\n")[:-1])
+    for text in ("word " * 10_000, "x" * 50_000):  # no sentence end; no space at all
+        cut = bounded_paragraphs(text)
+        assert max(map(len, cut.split("\n\n\n"))) <= PARAGRAPH_LIMIT and "".join(cut.split()) == "".join(text.split())
+
+
+def test_a_five_megabyte_paragraph_is_ingested_with_every_sentence_split_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NLTK runs Punkt's regexes under a 5 s wall-clock limit: no call may get the whole file."""
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+
+    from crag.ingestion.readers import PARAGRAPH_LIMIT
+
+    longest = 0
+    span_tokenize = PunktSentenceTokenizer.span_tokenize
+
+    def spy(self, text: str, *args, **kwargs):
+        nonlocal longest
+        longest = max(longest, len(text))
+        return span_tokenize(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(PunktSentenceTokenizer, "span_tokenize", spy)
+    sentence = "The Zephyr drone battery lasts forty two minutes per charge in calm weather. "
+    (tmp_path / "big.txt").write_text(sentence * (5_000_000 // len(sentence)), encoding="utf-8")
+    report = crag.ingest([tmp_path / "big.txt"], tmp_path / "index", chunk_size=2048)
+    assert report.chunks_total > 100 and 0 < longest <= PARAGRAPH_LIMIT

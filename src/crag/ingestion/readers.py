@@ -32,8 +32,42 @@ def find_files(paths: list[Path]) -> list[Path]:
     return found
 
 
+# The longest stretch between paragraph breaks that a splitter is given. NLTK's Punkt runs
+# each regex over a whole paragraph under a 5 s wall-clock limit (nltk/redos.py), and the
+# node parser hands it everything between "\n\n\n" breaks: one 5 MB paragraph could fail
+# on a busy machine. 20,000 characters is about 10 ms of Punkt.
+PARAGRAPH_LIMIT = 20_000
+_BREAK = "\n\n\n"  # SentenceSplitter's paragraph separator; crag.text.sentences splits on it too
+
+
 def read_documents(path: Path) -> Iterator[Document]:
-    """Documents in one file: one per file, or one per line of a .jsonl corpus."""
+    """Documents in one file: one per file, or one per line of a .jsonl corpus; a paragraph
+    longer than PARAGRAPH_LIMIT is cut into shorter ones (text within the limit is unchanged)."""
+    for document in _read_documents(path):
+        if len(document.text) > PARAGRAPH_LIMIT:
+            document.set_content(bounded_paragraphs(document.text))
+        yield document
+
+
+def bounded_paragraphs(text: str, limit: int = PARAGRAPH_LIMIT) -> str:
+    """`text` with every stretch between "\n\n\n" breaks cut to at most `limit` characters, at
+    the last paragraph, sentence or word boundary before it (mid-word only where none is)."""
+    out: list[str] = []
+    for block in text.split(_BREAK):
+        while len(block) > limit:
+            head = block[:limit]
+            cut = max(head.rfind("\n\n"), head.rfind(". ") + 1)
+            if cut <= 0:
+                cut = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+            if cut <= 0:
+                cut = limit
+            out.append(block[:cut])
+            block = block[cut:].lstrip()
+        out.append(block)
+    return _BREAK.join(out)
+
+
+def _read_documents(path: Path) -> Iterator[Document]:
     try:
         raw = path.read_bytes()
         text = raw.decode("utf-8")
