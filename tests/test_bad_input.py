@@ -4,8 +4,10 @@ broken or empty one, and nothing that is not an index is ever deleted)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -256,6 +258,7 @@ def test_an_index_path_that_is_a_file_is_named(capsys: pytest.CaptureFixture[str
         ('[grader]\nupper = "high"\n', "grader.upper: Input should be a valid number"),
         ("[grader]\nuper = 0.7\n", "grader.uper: Extra inputs are not permitted"),
         ("[grader]\n[grader]\n", "is not valid TOML"),
+        ("a = " + "[" * 100_000, "is not valid TOML: maximum recursion depth exceeded"),
         ("grader = 3\n", "Config section [grader] must be a table of settings"),
         ("[retriever]\ntop_k = 0\n", "retriever.top_k: Input should be greater than 0"),
         ('[web_search]\nkind = "tavily"\n', "web_search.kind is 'tavily' but TAVILY_API_KEY is not set"),
@@ -378,6 +381,23 @@ def test_a_paired_surrogate_escape_is_ordinary_text(capsys: pytest.CaptureFixtur
     capsys.readouterr()
     assert main(["ask", "How long does the drone fly?", "--index", str(tmp_path / "index"), "--json", "--quiet"]) == 0
     assert "\U0001f681" in json.loads(capsys.readouterr().out)["answer"]
+
+
+def test_a_file_name_that_is_not_utf8_is_named(capsys: pytest.CaptureFixture[str], docs: Path, tmp_path: Path) -> None:
+    (docs / "\udcff.txt").write_text("The battery lasts 42 minutes.", encoding="utf-8")  # b"\xff.txt" on disk
+    assert "the file's name is not UTF-8" in fails(capsys, "ingest", str(docs), "--index", str(tmp_path / "index"))
+    assert not (tmp_path / "index").exists()
+
+
+def test_an_index_path_that_is_not_utf8_is_printed_not_a_crash(
+    docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A strict UTF-8 stdout (a UTF-8 locale other than C.UTF-8) cannot encode b"\xfe" of argv."""
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["ingest", str(docs), "--index", str(tmp_path / "\udcfe"), "--quiet"]) == 0
+    out.flush()
+    assert out.buffer.getvalue().decode("utf-8").endswith("\\udcfe\n")
 
 
 # --- large inputs ---------------------------------------------------------------------------------

@@ -25,6 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     Every error is one line on stderr, with API keys removed (a server's error may echo one).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # crag never fetches models at run time
+    if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+        # A path that is not UTF-8 (a lone surrogate in Python) must not fail the printing of
+        # a result already saved; under a C locale Python writes such bytes back as they were.
+        sys.stdout.reconfigure(errors="backslashreplace")
     args = _parser().parse_args(argv)
     from workflows.errors import WorkflowTimeoutError
 
@@ -55,6 +59,7 @@ def _say(message: str) -> None:
     """`message` as one line on stderr, without API keys."""
     from crag.errors import redact
 
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")  # a non-UTF-8 path named
     print(" ".join(redact(message).split()), file=sys.stderr)
 
 

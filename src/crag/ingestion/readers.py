@@ -29,6 +29,11 @@ def find_files(paths: list[Path]) -> list[Path]:
             found.append(path)
         else:
             raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(SUPPORTED)}.")
+    for path in found:
+        try:
+            str(path.resolve()).encode("utf-8")  # it becomes the documents' id, written as UTF-8
+        except UnicodeEncodeError:
+            raise IngestError(f"{path}: the file's name is not UTF-8; rename it, or leave it out.") from None
     return found
 
 
