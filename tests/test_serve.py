@@ -186,6 +186,7 @@ def test_question_check_reads_every_shape_the_server_accepts() -> None:
     assert "lone surrogate" in query_problem(b'{"start_event": {"query": "why \\ud800?"}}')
     assert "lone surrogate" in query_problem(b'{"start_event": "{\\"query\\": \\"\\\\udc80\\"}"}')
     assert query_problem(b'{"start_event": {"query": "why \\ud83d\\ude00?"}}') is None  # a pair is text
+    assert "lone surrogate" in query_problem(b'{"start_event": {"query": "\xed\xa0\x80"}}')  # json reads it
     assert "nested too deeply" in query_problem(b"[" * 100_000)
     assert "nested too deeply" in query_problem(b'{"start_event": "' + b"[" * 100_000 + b'"}')
 
