@@ -259,7 +259,9 @@ def _draw(args: argparse.Namespace) -> int:
     except OSError as exc:
         from crag.errors import ConfigError
 
-        raise ConfigError(f"Cannot write {out}: {exc.strerror or exc}; give a file to --out.") from None
+        raise ConfigError(
+            f"Cannot write {out}: {exc.strerror or exc}; give a file to --out."
+        ) from None
     print(f"wrote {out}")
     return 0
 

@@ -24,7 +24,8 @@ def find_files(paths: list[Path]) -> list[Path]:
         if path.is_dir():
             found.extend(p for p in sorted(path.rglob("*")) if p.suffix.lower() in SUPPORTED and p.is_file())
         elif not path.is_file():  # a FIFO or a device: reading it could wait forever
-            raise IngestError(f"{path} is not a regular file (a pipe or a device); give files or folders.")
+            raise IngestError(f"{path} is not a regular file (a pipe or a device); "
+                              "give files or folders.")
         elif path.suffix.lower() in SUPPORTED:
             found.append(path)
         else:
@@ -33,7 +34,9 @@ def find_files(paths: list[Path]) -> list[Path]:
         try:
             str(path.resolve()).encode("utf-8")  # it becomes the documents' id, written as UTF-8
         except UnicodeEncodeError:
-            raise IngestError(f"{path}: the file's name is not UTF-8; rename it, or leave it out.") from None
+            raise IngestError(
+                f"{path}: the file's name is not UTF-8; rename it, or leave it out."
+            ) from None
     return found
 
 
@@ -144,7 +147,9 @@ def _jsonl_documents(path: Path, text: str) -> Iterator[Document]:
                 f"{path}:{number}: expected a JSON object with 'doc_id' and 'text' ({exc})."
             ) from None
         except RecursionError:
-            raise IngestError(f"{path}:{number}: JSON nested too deeply to read; expected a flat object.") from None
+            raise IngestError(
+                f"{path}:{number}: JSON nested too deeply to read; expected a flat object."
+            ) from None
         except UnicodeEncodeError:  # a "\ud800" escape decodes to a lone surrogate
             raise IngestError(
                 f"{path}:{number}: holds a lone surrogate (a \\ud800-\\udfff escape with no pair), "
