@@ -34,6 +34,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from scale import make_corpus, questions  # noqa: E402
+
 import crag  # noqa: E402
 from crag import _offload  # noqa: E402
 from crag.config import Settings  # noqa: E402
@@ -44,7 +46,6 @@ from crag.steps.rewriting import LLMRewriter  # noqa: E402
 from crag.steps.synthesis import LLMSynthesizer  # noqa: E402
 from crag.testing import FakeLLM  # noqa: E402
 from crag.workflows.factory import build_workflow  # noqa: E402
-from scale import make_corpus, questions  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out" / "event_loop"
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -37,10 +37,10 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from crag import ChunkIndex, ingest  # noqa: E402
-from crag.ingestion.chunkers import node_parser_for  # noqa: E402
 from crag.config import GraderSettings, Settings  # noqa: E402
-from crag.workflows.factory import build_workflow  # noqa: E402
+from crag.ingestion.chunkers import node_parser_for  # noqa: E402
 from crag.steps.grading import LexicalEvaluator  # noqa: E402
+from crag.workflows.factory import build_workflow  # noqa: E402
 
 TOP = 5
 

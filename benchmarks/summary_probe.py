@@ -27,11 +27,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from crag import ChunkIndex, ingest  # noqa: E402
-from crag.models import WordLlamaEmbedding  # noqa: E402
 from crag.ingestion.readers import read_documents  # noqa: E402
-from crag.steps.retrieval import HybridRetriever  # noqa: E402
 from crag.ingestion.summaries import ExtractiveSummarizer  # noqa: E402
+from crag.models import WordLlamaEmbedding  # noqa: E402
 from crag.steps.document_summaries import SummaryRetriever  # noqa: E402
+from crag.steps.retrieval import HybridRetriever  # noqa: E402
 
 
 def _ranks(found: list[list[str]], gold: list[str]) -> dict[str, float]:

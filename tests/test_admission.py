@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 from llama_index.core.schema import NodeWithScore
+from loopback import uvicorn_serving
+from test_serve import ANSWERED, _settings, base_url, running  # noqa: F401 - base_url: a fixture
 
 from crag import Settings
 from crag.app.server import build_server
@@ -20,9 +22,6 @@ from crag.app.server.guard import check_bind, is_loopback
 from crag.errors import ConfigError
 from crag.events import Grade
 from crag.workflows.factory import build_workflow
-
-from loopback import uvicorn_serving
-from test_serve import ANSWERED, _settings, base_url, running  # noqa: F401 - base_url: a fixture
 
 RUN = "/workflows/crag/run-nowait"
 BODY = {"start_event": {"query": ANSWERED}}

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SAMPLES
 from llama_index.core.schema import Document, NodeRelationship
+from loopback import LoopbackServer, openai_chat
 
 import crag
-from conftest import SAMPLES
 from crag.app.cli import main
 from crag.errors import ModelReplyError
 from crag.ingestion.chunkers.agentic import (
@@ -25,8 +26,6 @@ from crag.ingestion.chunkers.agentic import (
     resolve_pronouns,
 )
 from crag.testing import FakeLLM
-
-from loopback import LoopbackServer, openai_chat
 
 VOLCANO = [
     "The volcano erupted in 1815.",

@@ -9,13 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from PIL import Image
-
 from conftest import SAMPLES
+from PIL import Image
+from test_render import EVENTS, STEPS, visible_text
+
 from crag import CorrectiveRAGWorkflow, Settings, build_workflow
 from crag.app.render import graph_html, trace_html
 from crag.app.render.browser import Rendered, find_chromium, render
-from test_render import EVENTS, STEPS, visible_text
 
 pytestmark = pytest.mark.skipif(
     find_chromium() is None,

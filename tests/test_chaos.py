@@ -18,11 +18,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-
-from crag.index import ChunkIndex
-
 from conftest import SAMPLES
 from loopback import LoopbackServer, failing, openai_chat
+
+from crag.index import ChunkIndex
 
 pytestmark = pytest.mark.slow
 CRAG = [sys.executable, "-m", "crag.app.cli"]

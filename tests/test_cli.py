@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, SHARED_DATA
+
 from crag.app.cli import main
 from crag.trace import RunTrace
 

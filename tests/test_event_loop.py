@@ -17,8 +17,8 @@ from pydantic import PrivateAttr
 
 import crag.index.lexical
 import crag.models
-import crag.text
 import crag.steps.web_search
+import crag.text
 from crag import Settings
 from crag.config import PostprocessSettings
 from crag.errors import StepError

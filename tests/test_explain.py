@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES
+
 from crag import CorrectiveRAGWorkflow, Settings, build_workflow
 from crag.app.cli import main
 from crag.app.render import graph_html, trace_html

@@ -16,12 +16,6 @@ from pathlib import Path
 from time import perf_counter
 
 import pytest
-from workflows.errors import WorkflowTimeoutError
-
-import crag
-from crag.app.cli import main
-from crag.steps.web_search import TavilySearch
-
 from loopback import (
     Drop,
     LoopbackServer,
@@ -35,6 +29,11 @@ from loopback import (
     tavily_result,
     tavily_search,
 )
+from workflows.errors import WorkflowTimeoutError
+
+import crag
+from crag.app.cli import main
+from crag.steps.web_search import TavilySearch
 
 QUESTION = "How long does the Zephyr battery last?"  # answered by the documents
 WEB_QUESTION = "Who painted the Mona Lisa?"  # not: the verdict is Incorrect, so Tavily is asked

@@ -20,7 +20,14 @@ from hypothesis import strategies as st
 from llama_index.core.schema import NodeWithScore, TextNode
 
 import crag
-from crag.errors import REDACTED, GradeParseError, IndexNotFoundError, IngestError, redact, register_secret
+from crag.errors import (
+    REDACTED,
+    GradeParseError,
+    IndexNotFoundError,
+    IngestError,
+    redact,
+    register_secret,
+)
 from crag.events import Strip
 from crag.index import ChunkIndex
 from crag.ingestion.readers import read_documents

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import SAMPLES
 from loopback import uvicorn_serving
+
 from crag import Settings, build_workflow
 from crag.app.server import build_server
 from crag.events import CragResult

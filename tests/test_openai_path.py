@@ -11,11 +11,6 @@ from pathlib import Path
 
 import pytest
 from llama_index.core.schema import NodeWithScore
-
-import crag
-from crag.steps.grading import LexicalEvaluator, parse_grade
-from crag.steps.synthesis import NO_KNOWLEDGE
-
 from loopback import (
     LoopbackServer,
     Reply,
@@ -24,6 +19,10 @@ from loopback import (
     tavily_result,
     tavily_search,
 )
+
+import crag
+from crag.steps.grading import LexicalEvaluator, parse_grade
+from crag.steps.synthesis import NO_KNOWLEDGE
 
 QUESTION = "How long does the Zephyr battery last?"
 MODEL = "loopback-model-1"

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLES
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from conftest import SAMPLES
 from crag import ChunkIndex, ConfigError, Settings, StepError, build_workflow
 from crag.app.cli import main
 from crag.config import PostprocessSettings

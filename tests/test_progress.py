@@ -6,9 +6,10 @@ import io
 from pathlib import Path
 
 from conftest import SAMPLES
+
 from crag import Settings, build_workflow, ingest
-from crag.events import StepProgressEvent
 from crag.app.progress import ingest_progress, run_with_progress, step_progress
+from crag.events import StepProgressEvent
 
 WEB_PATH = ["retrieve", "postprocess", "grade", "rewrite", "web_search", "refine_web", "synthesize"]
 

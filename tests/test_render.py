@@ -12,8 +12,8 @@ from workflows.events import Event, StartEvent, StopEvent
 from workflows.representation import get_workflow_representation
 
 from crag import CorrectiveRAGWorkflow
-from crag.errors import TraceError
 from crag.app.render import graph_html, layout, mermaid, run_path, timeline_svg, trace_html
+from crag.errors import TraceError
 from crag.trace import RunTrace, StepRecord
 
 STEPS = ["retrieve", "postprocess", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"]

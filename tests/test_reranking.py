@@ -11,19 +11,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from llama_index.core.schema import NodeWithScore, TextNode
+from loopback import LoopbackServer, openai_chat
 from pydantic import PrivateAttr
 
 from crag import Settings, build_workflow
 from crag.errors import ConfigError
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.steps.grading import LexicalEvaluator
-from crag.steps.reranking import Choice, LexicalReranker, LLMReranker, parse_rerank_reply, reranker_for
+from crag.steps.reranking import (
+    Choice,
+    LexicalReranker,
+    LLMReranker,
+    parse_rerank_reply,
+    reranker_for,
+)
 from crag.testing import FakeLLM
 from crag.text import TermStats
 from crag.trace import StepRecord, attributing_calls_to
 from crag.workflows import CorrectiveRAGWorkflow
-
-from loopback import LoopbackServer, openai_chat
 
 QUESTION = "How long does the Zephyr battery last?"
 TEXTS = [

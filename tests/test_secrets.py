@@ -19,6 +19,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.llms import ChatMessage
+from loopback import LoopbackServer, Reply, chat_completion, message_text, openai_chat
 
 import crag
 from crag.app.cli import main
@@ -26,8 +27,6 @@ from crag.config import LLMSettings
 from crag.errors import REDACTED
 from crag.models import openai_llm
 from crag.steps.web_search import TavilySearch
-
-from loopback import LoopbackServer, Reply, chat_completion, message_text, openai_chat
 
 OPENAI_KEY = "PLANTED.openai.7f3a9c1e5b2d"
 TAVILY_KEY = "PLANTED.tavily.2d8e4b6a0c9f"

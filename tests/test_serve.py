@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import socket
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -19,17 +19,16 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from conftest import SAMPLES
 from llama_agents.client import WorkflowClient
 
 from crag import Settings
 from crag.app.cli import main
-from crag.events import CragResult, StepProgressEvent
-from crag.errors import ConfigError, redact
 from crag.app.server import build_server
 from crag.app.server.stores import store_for
 from crag.app.server.validation import query_problem
-
-from conftest import SAMPLES
+from crag.errors import ConfigError, redact
+from crag.events import CragResult, StepProgressEvent
 
 ANSWERED = "What warranty does Lumen give on the Helio H10?"  # the handbook answers it
 WEB = "Who invented the lithium-ion battery?"  # the sample 'web' does

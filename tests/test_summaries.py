@@ -10,15 +10,19 @@ from pathlib import Path
 import pytest
 from llama_index.core.indices.document_summary.base import DEFAULT_SUMMARY_QUERY
 from llama_index.core.schema import Document
+from loopback import LoopbackServer, Reply, openai_chat
 
 from crag import ChunkIndex, Settings, ingest
 from crag.app.cli import main
 from crag.errors import ConfigError, IngestError, ModelReplyError
-from crag.ingestion.summaries import ExtractiveSummarizer, LLMSummarizer, extractive_summary, summarizer_for
+from crag.ingestion.summaries import (
+    ExtractiveSummarizer,
+    LLMSummarizer,
+    extractive_summary,
+    summarizer_for,
+)
 from crag.steps.document_summaries import SummaryRetriever, parse_choices
 from crag.testing import FakeLLM
-
-from loopback import LoopbackServer, Reply, openai_chat
 
 BATTERY = (
     "# Zephyr battery\n"

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 from llama_index.core.schema import NodeWithScore
+from loopback import LoopbackServer, Reply, failing, tavily_result, tavily_search
 
 import crag
 from crag.steps.web_search import TavilySearch
-
-from loopback import LoopbackServer, Reply, failing, tavily_result, tavily_search
 
 MONA_LISA = tavily_result(
     "Mona Lisa - Wikipedia",

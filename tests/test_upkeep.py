@@ -16,11 +16,10 @@ import httpx
 import pytest
 from llama_agents.server import PersistentHandler
 from llama_agents.server._store.abstract_workflow_store import HandlerQuery
+from test_serve import ANSWERED, _settings, running
 
 from crag.app.server.stores import PostgresRunStore, SqliteRunStore
 from crag.app.server.upkeep import ORPHANED, LiveRuns, Upkeep
-
-from test_serve import ANSWERED, _settings, running
 
 POSTGRES_URL = os.environ.get("CRAG_TEST_POSTGRES_URL")
 
@@ -155,9 +154,9 @@ def _ask(url: str, question: str) -> dict:
 
 
 def test_a_new_index_version_is_served_without_a_restart(sample_index_dir: Path, tmp_path: Path) -> None:
-    from crag import ingest
-
     from conftest import SAMPLES
+
+    from crag import ingest
 
     index, docs = tmp_path / "index", tmp_path / "docs"
     shutil.copytree(sample_index_dir, index)

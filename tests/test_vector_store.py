@@ -17,8 +17,8 @@ import pytest
 from crag import ConfigError, IngestError, ingest
 from crag.config import VectorStoreSettings
 from crag.index import ChunkIndex
-from crag.models import WordLlamaEmbedding
 from crag.index.vectors import ChromaStore, client_for
+from crag.models import WordLlamaEmbedding
 
 
 @pytest.fixture(scope="module")

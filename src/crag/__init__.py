@@ -7,7 +7,8 @@ llama-index, the models and the stores load only when something needs them.
 from __future__ import annotations
 
 from importlib import import_module as _import_module
-from typing import TYPE_CHECKING as _TYPE_CHECKING, Any as _Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 _WHERE = {
     "Settings": "crag.config",

@@ -22,7 +22,6 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMCompletionEndEvent
 from pydantic import BaseModel, Field
 
-
 E = TypeVar("E")
 
 

@@ -146,10 +146,10 @@ def _settings(args: argparse.Namespace, **overrides: dict[str, Any]) -> Settings
 
 
 def _ingest(args: argparse.Namespace) -> int:
+    from crag.app.progress import ingest_progress
     from crag.index.store import recorded_chunker
     from crag.ingestion import ingest
     from crag.ingestion.chunkers import keep_recorded_chunker, node_parser_for
-    from crag.app.progress import ingest_progress
 
     settings = _settings(args)
     settings = keep_recorded_chunker(settings, recorded_chunker(settings.index.path))

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, TextIO
 
 from workflows import Workflow
 
-from crag.events import CragResult, StepProgressEvent
 from crag.app.render.overlay import seconds
+from crag.events import CragResult, StepProgressEvent
 from crag.trace import StepRecord
 
 if TYPE_CHECKING:
@@ -141,8 +141,14 @@ def ingest_progress(
     if not (stream.isatty() if rich is None else rich):
         yield _IngestLines(stream)
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
-    from rich.progress import TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
     from rich.text import Text
 
     class Rate(ProgressColumn):

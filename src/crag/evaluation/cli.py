@@ -118,7 +118,6 @@ def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: i
 
 def _eval(args: argparse.Namespace) -> int:
     from crag.config import Settings
-
     from crag.evaluation.report import charts_available, markdown, write_outputs
     from crag.evaluation.runner import EvalOptions, evaluate
     from crag.evaluation.summary import summarize
@@ -151,7 +150,6 @@ def _eval(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from crag.config import CONFIG_FILE, Settings
     from crag.errors import ConfigError
-
     from crag.evaluation.calibrate import calibrate
     from crag.evaluation.settings_file import set_table_values
 

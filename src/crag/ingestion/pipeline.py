@@ -13,7 +13,14 @@ from llama_index.core.schema import Document
 
 from crag.config import VectorStoreSettings
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
-from crag.index.store import POINTER, ChunkIndex, OldIndexFormatError, check_index_folder, load_format1, writer_lock
+from crag.index.store import (
+    POINTER,
+    ChunkIndex,
+    OldIndexFormatError,
+    check_index_folder,
+    load_format1,
+    writer_lock,
+)
 from crag.ingestion.readers import find_files, read_documents
 from crag.models import WordLlamaEmbedding
 

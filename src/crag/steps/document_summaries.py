@@ -31,9 +31,9 @@ from crag._offload import off_loop, warm_up
 from crag.config import Settings
 from crag.errors import ConfigError, ModelReplyError, redact
 from crag.index import ChunkIndex
+from crag.index.lexical import BM25
 from crag.ingestion.summaries import extractive_summary
 from crag.models import WordLlamaEmbedding
-from crag.index.lexical import BM25
 from crag.steps.retrieval import RRF_K, warm_up_index
 from crag.trace import note_degraded
 

@@ -31,9 +31,9 @@ from crag import text
 from crag._offload import off_loop, warm_up
 from crag.config import Settings
 from crag.errors import ConfigError, CragError, StepError
+from crag.ingestion.chunkers.sentence_window import WINDOW_KEY, built_with_windows
 from crag.interfaces import Grader, Postprocessor
 from crag.models import LLMFactory
-from crag.ingestion.chunkers.sentence_window import WINDOW_KEY, built_with_windows
 from crag.text import sentences, words
 
 

@@ -13,8 +13,8 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from crag import text
 from crag._offload import off_loop
 from crag.errors import SearchError, redact, register_secret, scrub
-from crag.ingestion.readers import find_files, read_documents
 from crag.index.lexical import BM25
+from crag.ingestion.readers import find_files, read_documents
 
 T = TypeVar("T")
 
@@ -156,7 +156,12 @@ class TavilySearch:
     def _explain(self, exc: BaseException) -> str:
         """One line naming what went wrong, without urllib3's nested reprs."""
         import requests
-        from urllib3.exceptions import MaxRetryError, NewConnectionError, ProtocolError, TimeoutError
+        from urllib3.exceptions import (
+            MaxRetryError,
+            NewConnectionError,
+            ProtocolError,
+            TimeoutError,
+        )
 
         reason: BaseException = exc
         if isinstance(exc, requests.ConnectionError) and exc.args and isinstance(exc.args[0], MaxRetryError):

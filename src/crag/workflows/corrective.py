@@ -16,7 +16,6 @@ run never searches. Each step calls one component.
 from __future__ import annotations
 
 import asyncio
-
 from collections.abc import Coroutine, Sequence
 from time import perf_counter
 from typing import Any, ClassVar

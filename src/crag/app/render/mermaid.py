@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from workflows import Workflow
+
 from crag.app.render.layout import STYLE, graph_of, layout, to_node
 from crag.app.render.overlay import run_path, seconds
 from crag.app.render.svg import DIM, EDGE, MARK

@@ -14,11 +14,11 @@ from html import escape
 from workflows import Workflow
 from workflows.representation import WorkflowGraph
 
-from crag.errors import TraceError
 from crag.app.render.explain import CSS as EXPLAIN_CSS
 from crag.app.render.explain import strips_html, why_html
 from crag.app.render.layout import MONO, graph_of, layout
 from crag.app.render.svg import MARK, Highlight, about, page, svg, text
+from crag.errors import TraceError
 from crag.trace import RunTrace, StepRecord
 
 VERDICT = {  # verdict: (badge colour, what it meant for the run)

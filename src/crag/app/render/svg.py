@@ -12,7 +12,18 @@ from html import escape
 from inspect import cleandoc
 
 from workflows import Workflow
-from crag.app.render.layout import FONT, LEGEND_H, MARGIN, MONO, PILLS, STYLE, Layout, graph_of, layout
+
+from crag.app.render.layout import (
+    FONT,
+    LEGEND_H,
+    MARGIN,
+    MONO,
+    PILLS,
+    STYLE,
+    Layout,
+    graph_of,
+    layout,
+)
 
 SANS = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif"
 DIM = ("#f8fafc", "#cbd5e1", "#94a3b8")  # fill, stroke, text of what a run did not touch

@@ -24,9 +24,6 @@ from llama_agents.server import WorkflowServer
 from starlette.middleware import Middleware
 from workflows.plugins.basic import BasicRuntime
 
-from crag.config import Settings
-from crag.errors import register_secret
-from crag.index import ChunkIndex
 from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
 from crag.app.server.auth import ApiKeyMiddleware
 from crag.app.server.guard import RequestGuard, check_bind
@@ -35,6 +32,9 @@ from crag.app.server.routes import WORKFLOW_NAME, crag_routes
 from crag.app.server.stores import StoreChoice, store_for
 from crag.app.server.upkeep import CancelReport, LiveRuns, Upkeep, with_upkeep
 from crag.app.server.validation import QueryCheckMiddleware
+from crag.config import Settings
+from crag.errors import register_secret
+from crag.index import ChunkIndex
 from crag.workflows import CorrectiveRAGWorkflow
 
 __all__ = ["CragServer", "WORKFLOW_NAME", "build_server", "serve"]

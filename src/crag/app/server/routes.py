@@ -12,11 +12,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from workflows import Workflow
 
-from crag.events import CragResult
-from crag.index import ChunkIndex
 from crag.app.render import trace_html
 from crag.app.render.explain import explanation_html
 from crag.app.render.live import live_html
+from crag.events import CragResult
+from crag.index import ChunkIndex
 
 if TYPE_CHECKING:
     from crag.app.server.upkeep import Upkeep
