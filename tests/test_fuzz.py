@@ -235,3 +235,10 @@ def test_any_question_gets_an_answer_or_a_query_error(
         assert not question.split() and "empty" in str(exc)
         return
     assert result.answer.strip() and result.verdict in crag.Verdict
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab .!?\n\t'\"U.S.Mr()")), max_size=200))
+def test_stored_sentence_spans_give_exactly_the_sentences_splitting_gives(text_: str) -> None:
+    from crag.text import sentence_spans, sentences
+
+    assert sentences(text_, sentence_spans(text_)) == sentences(text_)

@@ -216,3 +216,19 @@ def test_markdown_headings_become_titles_and_sections_never_text(tmp_path: Path)
     assert not any(line.startswith(("# Gadgets", "## Beta")) for c in chunks for line in c.get_content().splitlines())
     answer = build_workflow(Settings.load(env={}, index={"path": tmp_path / "index"})).ask("What do Beta gadgets cost?")
     assert "40 euros" in answer.answer and "# Gadgets" not in answer.answer and "## Beta" not in answer.answer
+
+
+def test_ingest_splits_sentences_once_and_a_question_splits_none_again(
+    docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crag import text
+    from crag.text import SPANS_KEY, sentences
+
+    ingest([docs], tmp_path / "index")
+    for node in ChunkIndex.load(tmp_path / "index").nodes:
+        assert sentences(node.get_content(), node.metadata[SPANS_KEY]) == sentences(node.get_content())
+        assert SPANS_KEY not in node.get_content(metadata_mode="embed")  # nor in the LLM's text
+    split_again: list[str] = []
+    monkeypatch.setattr(text, "_split", lambda t: split_again.append(t) or ())
+    build_workflow(Settings.load(env={}, index={"path": tmp_path / "index"})).ask("How hot should green tea be steeped?")
+    assert split_again == []

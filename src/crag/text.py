@@ -78,22 +78,53 @@ def warm_up() -> None:
     _stemmer()
 
 
-def sentences(text: str) -> list[str]:
-    """Split text into sentences (Punkt, offline), each stripped, none empty."""
+SPANS_KEY = "sentence_spans"  # a chunk's metadata key for `sentence_spans`, written at ingest
+
+
+def sentences(text: str, spans: Sequence[int] | None = None) -> list[str]:
+    """Split text into sentences (Punkt, offline), each stripped, none empty.
+
+    `spans` are the offsets `sentence_spans(text)` gave at ingest: with them nothing is split
+    again. Spans that do not fit the text (it was replaced since, e.g. by a sentence window)
+    are ignored.
+    """
+    if spans and len(spans) % 2 == 0:
+        flat = _normalized(text)
+        if spans[-1] <= len(flat):
+            return [flat[spans[i] : spans[i + 1]] for i in range(0, len(spans), 2)]
     return list(_split(text))
+
+
+def sentence_spans(text: str) -> list[int]:
+    """`sentences(text)` as flat [start, end, start, end, ...] offsets into the text with its
+    whitespace normalized: what ingest stores so that no question splits a chunk again."""
+    spans: list[int] = []
+    offset = 0
+    for block in _blocks(text):
+        for start, end in _punkt().span_tokenize(block):
+            piece = block[start:end]
+            if piece.strip():
+                lead = len(piece) - len(piece.lstrip())
+                spans += [offset + start + lead, offset + start + len(piece.rstrip())]
+        offset += len(block) + 2  # the "\n\n" that joins blocks in `_normalized`
+    return spans
+
+
+def _blocks(text: str) -> list[str]:
+    """Paragraphs with their whitespace normalized, none empty."""
+    return [block for raw in re.split(r"\n\s*\n", text) if (block := " ".join(raw.split()))]
+
+
+def _normalized(text: str) -> str:
+    return "\n\n".join(_blocks(text))
 
 
 @lru_cache(maxsize=8192)
 def _split(text: str) -> tuple[str, ...]:
     # Cached: the chunks a question retrieves are graded, refined and often retrieved again
-    # by the next question, and Punkt is the costliest part of scoring them (CRAG's
-    # refinement splits every retrieved chunk). 8192 chunks of ~1 KB: a few MB.
-    out: list[str] = []
-    for block in re.split(r"\n\s*\n", text):
-        block = " ".join(block.split())
-        if block:
-            out.extend(s.strip() for s in _punkt().tokenize(block) if s.strip())
-    return tuple(out)
+    # by the next question, and Punkt is the costliest part of scoring them. Chunks ingested
+    # with their spans never come here; web results and older indexes do. 8192 of ~1 KB: a few MB.
+    return tuple(s.strip() for block in _blocks(text) for s in _punkt().tokenize(block) if s.strip())
 
 
 @dataclass

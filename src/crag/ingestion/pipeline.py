@@ -23,6 +23,7 @@ from crag.index.store import (
 )
 from crag.ingestion.readers import find_files, read_documents
 from crag.models import WordLlamaEmbedding
+from crag.text import SPANS_KEY, sentence_spans
 
 
 @dataclass
@@ -173,9 +174,12 @@ def _ingest(
     new_nodes = node_parser.get_nodes_from_documents(documents)
     for node in new_nodes:
         node.metadata["doc_id"] = node.ref_doc_id
+        # Split once, here: the grader and refiner read these instead of splitting again.
+        node.metadata[SPANS_KEY] = sentence_spans(node.get_content())
+        hidden = {"file", "doc_id", SPANS_KEY}
         # Extend, not replace: a parser's own hidden keys (a sentence window) stay hidden.
-        node.excluded_embed_metadata_keys = sorted({*node.excluded_embed_metadata_keys, "file", "doc_id"})
-        node.excluded_llm_metadata_keys = sorted({*node.excluded_llm_metadata_keys, "file", "doc_id"})
+        node.excluded_embed_metadata_keys = sorted({*node.excluded_embed_metadata_keys, *hidden})
+        node.excluded_llm_metadata_keys = sorted({*node.excluded_llm_metadata_keys, *hidden})
     embed_model = embed_model or WordLlamaEmbedding()
     vectors = _embed(embed_model, [n.get_content() for n in new_nodes], progress)
 

@@ -16,7 +16,7 @@ from crag.errors import GradeParseError
 from crag.events import Grade, Verdict
 from crag.interfaces import Grader
 from crag.prompts import GRADE_PROMPT
-from crag.text import TermStats, sentences, terms, weighted_coverage
+from crag.text import SPANS_KEY, TermStats, sentences, terms, weighted_coverage
 
 
 def decide_verdict(grades: Sequence[Grade], upper: float, lower: float) -> Verdict:
@@ -84,8 +84,12 @@ class LexicalEvaluator:
         self.partial = partial
         self.min_prefix = min_prefix
 
-    def score(self, query: str, text: str, title: str | None = None, *, split: bool = True) -> float:
-        """Relevance of `text` to `query`; `split=False` treats `text` as one sentence."""
+    def score(
+        self, query: str, text: str, title: str | None = None, *, split: bool = True,
+        spans: Sequence[int] | None = None,
+    ) -> float:
+        """Relevance of `text` to `query`; `split=False` treats `text` as one sentence, and
+        `spans` are its sentences as ingest found them (`crag.text.sentence_spans`)."""
         wanted = _cached_terms(query)
         if not wanted:
             return 0.0
@@ -93,7 +97,7 @@ class LexicalEvaluator:
         text_terms = terms(text)
         whole = self._coverage(wanted, set(text_terms) | title_terms)
         if split:
-            sents = [set(terms(s)) for s in sentences(text)] or [set()]
+            sents = [set(terms(s)) for s in sentences(text, spans)] or [set()]
             windows = [set().union(*sents[i : i + self.window]) | title_terms for i in range(len(sents))]
             best = max(self._coverage(wanted, w) for w in windows)
         else:  # one sentence is its own only window
@@ -117,7 +121,8 @@ class LexicalEvaluator:
         return [
             Grade(
                 chunk_id=c.node.node_id,
-                score=self.score(query, c.node.get_content(), context_of(c.node.metadata)),
+                score=self.score(query, c.node.get_content(), context_of(c.node.metadata),
+                                 spans=c.node.metadata.get(SPANS_KEY)),
                 grader=self.name,
             )
             for c in chunks

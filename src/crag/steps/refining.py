@@ -12,7 +12,7 @@ from llama_index.core.schema import NodeWithScore
 from crag._offload import off_loop, warm_up
 from crag.events import Strip
 from crag.steps.grading import LexicalEvaluator, context_of
-from crag.text import sentences
+from crag.text import SPANS_KEY, sentences
 from crag.trace import note_dropped
 
 
@@ -95,5 +95,5 @@ class StripRefiner:
                 title=meta.get("title"),
                 url=meta.get("url"),
             )
-            for sentence in sentences(chunk.node.get_content())
+            for sentence in sentences(chunk.node.get_content(), meta.get(SPANS_KEY))
         ]
