@@ -7,7 +7,7 @@ for its time), and a small inline script drives it from the server's own routes:
     POST /workflows/crag/run-nowait     start a run
     GET  /events/{id}?sse=false         its StepProgressEvents, as lines of JSON
     GET  /handlers/{id}/explanation     the finished run's why (`explanation_html`)
-    GET  /handlers                      recent runs, each linked to /handlers/{id}/trace
+    GET  /handlers?limit=15             recent runs, each linked to /handlers/{id}/trace
 
 With an API key on the server, the page asks for it once and keeps it in the tab only
 (`sessionStorage`), sending it as `Authorization: Bearer KEY`.
@@ -205,7 +205,7 @@ SCRIPT = r"""
   }
   async function recent() {
     let reply;
-    try { reply = await api("/handlers"); } catch (err) { return; }
+    try { reply = await api("/handlers?limit=15"); } catch (err) { return; }
     if (!reply.ok) return;
     const list = (await reply.json()).handlers || [];
     list.sort((a, b) => (b.started_at || "").localeCompare(a.started_at || ""));

@@ -6,10 +6,12 @@ The server's own routes run it and keep its runs (`POST /workflows/crag/run`,
 
     GET /health                        open to all: index size, store kind, whether keys are on
     GET /handlers/{handler_id}/trace   a finished run's path on the graph, one offline HTML page
+    GET /handlers?limit=N&before=ID    the runs newest first, a page at a time (in place of the
+                                       server's own, which lists every run at once)
 
     auth.py        the API key check (middleware)
     validation.py  an unusable question is a 400 before any run starts (middleware)
-    routes.py      the two routes above
+    routes.py      the routes above; listing.py the paged /handlers
     stores.py      SQLite beside the index by default, PostgreSQL from a URL
 """
 

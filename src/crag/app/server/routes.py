@@ -15,6 +15,7 @@ from workflows import Workflow
 from crag.app.render import trace_html
 from crag.app.render.explain import explanation_html
 from crag.app.render.live import live_html
+from crag.app.server.listing import handlers_route
 from crag.events import CragResult
 from crag.index import ChunkIndex
 
@@ -28,8 +29,9 @@ def crag_routes(
     workflow: Workflow, index: ChunkIndex, store: AbstractWorkflowStore, store_kind: str, *, auth: bool,
     upkeep: Upkeep | None = None,
 ) -> list[Route]:
-    """`GET /health`, `GET /` (the live page), `GET /handlers/{handler_id}/trace` and
-    `GET /handlers/{handler_id}/explanation` (the why of a finished run, an HTML fragment)."""
+    """`GET /health`, `GET /` (the live page), `GET /handlers/{handler_id}/trace`,
+    `GET /handlers/{handler_id}/explanation` (the why of a finished run, an HTML fragment) and
+    `GET /handlers` a page at a time (listing.py)."""
     live = live_html(workflow)  # the same for every request: drawn once
 
     async def health(request: Request) -> JSONResponse:
@@ -98,4 +100,5 @@ def crag_routes(
         Route("/", live_page, methods=["GET"]),
         Route("/handlers/{handler_id}/trace", trace_page, methods=["GET"]),
         Route("/handlers/{handler_id}/explanation", explanation, methods=["GET"]),
+        handlers_route(store),
     ]

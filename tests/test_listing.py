@@ -1,0 +1,92 @@
+"""`GET /handlers` a page at a time: newest first, `limit` and `before`, the server's filters,
+the same pages from SQLite (SQL in a worker thread) as from any other store."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+from llama_agents.server import AbstractWorkflowStore, MemoryWorkflowStore, PersistentHandler
+from starlette.applications import Starlette
+
+from crag.app.server.listing import DEFAULT_LIMIT, handlers_route
+from crag.app.server.stores import SqliteRunStore
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+async def _filled(store: AbstractWorkflowStore, n: int) -> list[str]:
+    """`n` runs, one a second, every third failed; their ids newest first."""
+    for i in range(n):
+        await store.update(PersistentHandler(
+            handler_id=f"h{i:04d}", workflow_name="crag", run_id=f"r{i}",
+            status="failed" if i % 3 == 0 else "completed", started_at=START + timedelta(seconds=i),
+        ))
+    return [f"h{i:04d}" for i in reversed(range(n))]
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> AbstractWorkflowStore:
+    return SqliteRunStore(str(tmp_path / "server.db")) if request.param == "sqlite" else MemoryWorkflowStore()
+
+
+def _client(store: AbstractWorkflowStore) -> httpx.AsyncClient:
+    app = Starlette(routes=[handlers_route(store)])
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://crag")
+
+
+async def test_pages_walk_every_run_once_newest_first(store: AbstractWorkflowStore) -> None:
+    ids = await _filled(store, 250)
+    seen: list[str] = []
+    async with _client(store) as client:
+        first = (await client.get("/handlers")).json()
+        assert len(first["handlers"]) == DEFAULT_LIMIT
+        url = "/handlers?limit=40"
+        while True:
+            page = (await client.get(url)).json()
+            assert len(page["handlers"]) <= 40
+            seen += [h["handler_id"] for h in page["handlers"]]
+            if page["next_before"] is None:
+                break
+            url = f"/handlers?limit=40&before={page['next_before']}"
+    assert [h["handler_id"] for h in first["handlers"]] == ids[:DEFAULT_LIMIT]
+    assert seen == ids
+
+
+async def test_a_page_keeps_the_servers_filters(store: AbstractWorkflowStore) -> None:
+    ids = await _filled(store, 30)
+    failed = [i for i in ids if int(i[1:]) % 3 == 0]
+    async with _client(store) as client:
+        page = (await client.get("/handlers", params={"limit": 4, "status": "failed"})).json()
+        after = (await client.get("/handlers", params={"limit": 4, "status": "failed",
+                                                         "before": page["next_before"]})).json()
+        none = (await client.get("/handlers", params={"workflow_name": "other"})).json()
+        unknown_status = (await client.get("/handlers", params={"status": "sleeping"})).json()
+    assert [h["handler_id"] for h in page["handlers"] + after["handlers"]] == failed[:8]
+    assert {h["status"] for h in page["handlers"]} == {"failed"}
+    assert none == unknown_status == {"handlers": [], "next_before": None}
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=1001", "limit=ten"])
+async def test_a_limit_out_of_range_is_a_400(store: AbstractWorkflowStore, query: str) -> None:
+    async with _client(store) as client:
+        reply = await client.get(f"/handlers?{query}")
+    assert reply.status_code == 400
+    assert "limit" in reply.json()["detail"]
+
+
+async def test_before_an_unknown_run_is_a_404(store: AbstractWorkflowStore) -> None:
+    await _filled(store, 3)
+    async with _client(store) as client:
+        reply = await client.get("/handlers?before=no-such-run")
+    assert reply.status_code == 404
+
+
+def test_the_live_page_asks_for_a_small_page_of_recent_runs() -> None:
+    from crag.app.render import live
+
+    source = Path(live.__file__).read_text(encoding="utf-8")
+    assert 'api("/handlers?limit=15")' in source
+    assert 'api("/handlers")' not in source
