@@ -20,16 +20,25 @@ START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 async def _filled(store: AbstractWorkflowStore, n: int) -> list[str]:
     """`n` runs, one a second, every third failed; their ids newest first."""
     for i in range(n):
-        await store.update(PersistentHandler(
-            handler_id=f"h{i:04d}", workflow_name="crag", run_id=f"r{i}",
-            status="failed" if i % 3 == 0 else "completed", started_at=START + timedelta(seconds=i),
-        ))
+        await store.update(
+            PersistentHandler(
+                handler_id=f"h{i:04d}",
+                workflow_name="crag",
+                run_id=f"r{i}",
+                status="failed" if i % 3 == 0 else "completed",
+                started_at=START + timedelta(seconds=i),
+            )
+        )
     return [f"h{i:04d}" for i in reversed(range(n))]
 
 
 @pytest.fixture(params=["sqlite", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> AbstractWorkflowStore:
-    return SqliteRunStore(str(tmp_path / "server.db")) if request.param == "sqlite" else MemoryWorkflowStore()
+    return (
+        SqliteRunStore(str(tmp_path / "server.db"))
+        if request.param == "sqlite"
+        else MemoryWorkflowStore()
+    )
 
 
 def _client(store: AbstractWorkflowStore) -> httpx.AsyncClient:
@@ -60,8 +69,11 @@ async def test_a_page_keeps_the_servers_filters(store: AbstractWorkflowStore) ->
     failed = [i for i in ids if int(i[1:]) % 3 == 0]
     async with _client(store) as client:
         page = (await client.get("/handlers", params={"limit": 4, "status": "failed"})).json()
-        after = (await client.get("/handlers", params={"limit": 4, "status": "failed",
-                                                         "before": page["next_before"]})).json()
+        after = (
+            await client.get(
+                "/handlers", params={"limit": 4, "status": "failed", "before": page["next_before"]}
+            )
+        ).json()
         none = (await client.get("/handlers", params={"workflow_name": "other"})).json()
         unknown_status = (await client.get("/handlers", params={"status": "sleeping"})).json()
     assert [h["handler_id"] for h in page["handlers"] + after["handlers"]] == failed[:8]

@@ -29,8 +29,10 @@ from crag.app.server.stores import SqliteRunStore
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 STATUSES = ("running", "completed", "failed", "cancelled")
-COLUMNS = ("handler_id, workflow_name, status, run_id, error, result, "
-           "started_at, updated_at, completed_at, idle_since")
+COLUMNS = (
+    "handler_id, workflow_name, status, run_id, error, result, "
+    "started_at, updated_at, completed_at, idle_since"
+)
 
 
 def handlers_route(store: AbstractWorkflowStore) -> Route:
@@ -43,17 +45,23 @@ def handlers_route(store: AbstractWorkflowStore) -> Route:
         except ValueError:
             limit = 0
         if not 1 <= limit <= MAX_LIMIT:
-            return JSONResponse({"detail": f"limit must be a whole number from 1 to {MAX_LIMIT}."}, status_code=400)
+            return JSONResponse(
+                {"detail": f"limit must be a whole number from 1 to {MAX_LIMIT}."}, status_code=400
+            )
         before = params.get("before") or None
-        query = HandlerQuery(status_in=_listed(params.getlist("status"), STATUSES),
-                             workflow_name_in=_listed(params.getlist("workflow_name")))
+        query = HandlerQuery(
+            status_in=_listed(params.getlist("status"), STATUSES),
+            workflow_name_in=_listed(params.getlist("workflow_name")),
+        )
         if isinstance(store, SqliteRunStore):
             body = await asyncio.to_thread(_sqlite_page, store, query, limit, before)
         else:
             found = await store.query(query)
             body = await asyncio.to_thread(_page_of, found, limit, before)
         if body is None:
-            return JSONResponse({"detail": f"No run {before!r} to list the runs before."}, status_code=404)
+            return JSONResponse(
+                {"detail": f"No run {before!r} to list the runs before."}, status_code=404
+            )
         return Response(body, media_type="application/json")
 
     return Route("/handlers", handlers, methods=["GET"])
@@ -72,40 +80,49 @@ def _json(handlers: list[PersistentHandler], limit: int) -> bytes:
     page = handlers[:limit]
     items = [handler_data_from_persistent(h).model_dump(mode="json") for h in page]
     more = len(handlers) > limit
-    return json.dumps({"handlers": items, "next_before": page[-1].handler_id if more else None}).encode()
+    return json.dumps(
+        {"handlers": items, "next_before": page[-1].handler_id if more else None}
+    ).encode()
 
 
 def _page_of(found: list[PersistentHandler], limit: int, before: str | None) -> bytes | None:
-    ordered = sorted(found, key=lambda h: (h.started_at.isoformat() if h.started_at else "", h.handler_id),
-                     reverse=True)
+    ordered = sorted(
+        found,
+        key=lambda h: (h.started_at.isoformat() if h.started_at else "", h.handler_id),
+        reverse=True,
+    )
     if before is not None:
         at = next((i for i, h in enumerate(ordered) if h.handler_id == before), None)
         if at is None:
             return None
-        ordered = ordered[at + 1:]
+        ordered = ordered[at + 1 :]
     return _json(ordered, limit)
 
 
-def _sqlite_page(store: SqliteRunStore, query: HandlerQuery, limit: int, before: str | None) -> bytes | None:
-    spec = store._build_filters(query)  # noqa: SLF001 - the store's own SQL for the server's filters
+def _sqlite_page(
+    store: SqliteRunStore, query: HandlerQuery, limit: int, before: str | None
+) -> bytes | None:
+    spec = store._build_filters(query)  # the store's own SQL for the server's filters
     if spec is None:
         return _json([], limit)
     clauses, params = list(spec[0]), list(spec[1])
     connection = sqlite3.connect(store.db_path, timeout=30.0)  # a reader: WAL never blocks it
     try:
         if before is not None:
-            row = connection.execute("SELECT COALESCE(started_at, ''), handler_id FROM handlers "
-                                     "WHERE handler_id = ?", (before,)).fetchone()
+            row = connection.execute(
+                "SELECT COALESCE(started_at, ''), handler_id FROM handlers WHERE handler_id = ?",
+                (before,),
+            ).fetchone()
             if row is None:
                 return None
             clauses.append("(COALESCE(started_at, ''), handler_id) < (?, ?)")
             params.extend(row)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = connection.execute(
-            f"SELECT {COLUMNS} FROM handlers{where} "  # noqa: S608 - clauses are the store's, values bound
+            f"SELECT {COLUMNS} FROM handlers{where} "  # clauses are the store's, values bound
             "ORDER BY COALESCE(started_at, '') DESC, handler_id DESC LIMIT ?",
             (*params, limit + 1),
         ).fetchall()
     finally:
         connection.close()
-    return _json([store._row_to_persistent_handler(row) for row in rows], limit)  # noqa: SLF001
+    return _json([store._row_to_persistent_handler(row) for row in rows], limit)
