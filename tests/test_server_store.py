@@ -1,6 +1,6 @@
-"""The server's SQLite run store: one connection with SQLite's normal locking, writes that
-other connections see at once, events numbered in memory and committed per loop turn, and runs
-cut off by a restart marked failed."""
+"""The server's SQLite run store: one connection with SQLite's normal locking, used only on a
+thread of its own, writes that other connections see at once, events numbered in memory and
+committed per loop turn, and runs cut off by a restart marked failed."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ async def test_events_are_numbered_per_run_and_engine_internals_are_not_kept(
         StepProgressEvent(step="grade", status="finished", seconds=0.1),
     ):
         await store.append_event("run-a", _envelope(event))
-    await asyncio.sleep(0)  # the loop turn ends: the first store commits
+    await asyncio.sleep(0)  # the loop turn ends: the first store queues its commit
+    await store.flush()
     reopened = SqliteRunStore(str(path))  # a restart: numbering continues from the file
     await reopened.append_event("run-a", _envelope(StopEvent(result="done")))
 
@@ -69,10 +70,51 @@ async def test_events_written_together_are_committed_by_the_end_of_the_loop_turn
         await store.append_event(
             "run-a", _envelope(StepProgressEvent(step=f"s{n}", status="started"))
         )
-    await asyncio.sleep(0)  # the turn ends
+    await asyncio.sleep(0)  # the turn ends: one commit is queued behind the three events
+    await store.flush()
 
     with sqlite3.connect(path) as other:
         assert other.execute("SELECT COUNT(*) FROM events").fetchone() == (3,)
+    assert store.commits == 1
+
+
+async def test_the_store_reads_and_writes_on_its_own_thread_never_the_event_loops(
+    tmp_path: Path,
+) -> None:
+    store = SqliteRunStore(str(tmp_path / "server.db"))
+    threads: set[int] = set()
+    store._connection.set_trace_callback(lambda _sql: threads.add(threading.get_ident()))
+    await store.update(_handler("a"))
+    for n in range(5):
+        await store.append_event("run-a", _envelope(StepProgressEvent(step=f"s{n}", status="started")))
+    events = await store.query_events("run-a")  # queued behind the events: sees all five
+    await store.update(_handler("a", status="completed"))
+    found = await store.query(HandlerQuery(handler_id_in=["a"]))
+    store.close()
+
+    assert [e.sequence for e in events] == [0, 1, 2, 3, 4]
+    assert found[0].status == "completed"
+    assert threads and threading.get_ident() not in threads
+    assert len(threads) == 1
+
+
+async def test_a_reader_waiting_on_a_run_gets_its_events_in_order(tmp_path: Path) -> None:
+    store = SqliteRunStore(str(tmp_path / "server.db"))
+    await store.update(_handler("a"))
+
+    async def read() -> list[str]:
+        return [e.event.value.get("step", "stop") async for e in store.subscribe_events("run-a")]
+
+    reader = asyncio.create_task(read())
+    await asyncio.sleep(0.05)  # the reader waits on the run's condition
+    for n in range(20):
+        await store.append_event("run-a", _envelope(StepProgressEvent(step=f"s{n}", status="started")))
+        if n % 7 == 0:
+            await asyncio.sleep(0)
+    await store.append_event("run-a", _envelope(StopEvent(result="done")))
+
+    assert await asyncio.wait_for(reader, 5) == [f"s{n}" for n in range(20)] + ["stop"]
+    store.close()
 
 
 async def test_on_start_runs_a_previous_process_left_running_are_failed(tmp_path: Path) -> None:

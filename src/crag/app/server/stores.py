@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from llama_agents.client.protocol.serializable_events import EventEnvelopeWithMetadata
 from llama_agents.server import AbstractWorkflowStore, PersistentHandler, SqliteWorkflowStore
 from llama_agents.server._runtime.persistence_runtime import RESUME_FRESH_HANDLER_GRACE
-from llama_agents.server._store.abstract_workflow_store import HandlerQuery, is_terminal_status
+from llama_agents.server._store.abstract_workflow_store import (
+    HandlerQuery,
+    StoredEvent,
+    StoredTick,
+    is_terminal_status,
+)
 from llama_agents.server._store.postgres_workflow_store import PostgresWorkflowStore
 from workflows.context.serializers import BaseSerializer
 from workflows.context.state_store import DictState, InMemoryStateStore
@@ -35,12 +40,14 @@ from workflows.events import (
     WorkflowTimedOutEvent,
 )
 
+from crag.app.server.writer import StoreThread
 from crag.config import Settings
 from crag.errors import ConfigError, register_secret
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 INTERRUPTED = "the server stopped before the run finished; ask again"
 INTERNAL_EVENT = InternalDispatchEvent.__name__
+T = TypeVar("T")
 TERMINAL_EVENTS = frozenset(
     e.__name__ for e in (WorkflowFailedEvent, WorkflowCancelledEvent, WorkflowTimedOutEvent)
 )
@@ -70,26 +77,34 @@ class _RunStateInMemory:
 
 
 class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
-    """The server's SQLite store, run state in memory, one connection for the store's life.
+    """The server's SQLite store, run state in memory, one connection for the store's life,
+    used only by a thread of its own (writer.py), never by the event loop.
 
     The base class opens, commits and closes a connection for every event a run streams,
     on the event loop's thread; the open and the commit's fsync dominated the server's time
     under load. Its `single_connection` mode avoids that but turns file locking off, so a
     second process opening the file could corrupt it; this connection keeps SQLite's normal
-    locking.
+    locking. Every call that reads or writes runs on the store's thread, in the order made:
+    the base class's SQL, driven there (`_drive`), and crag's own.
 
     Events: the engine's internal ones (`StepStateChanged`, two per step) are not kept:
     crag's own `StepProgressEvent`s say the same and more, and they were half of every
-    run's writes (`GET /events/{id}?include_internal=true` therefore adds nothing). A
-    run's next sequence number is counted in memory, not read back per event, and the
-    events written in one turn of the event loop are committed together.
+    run's writes (`GET /events/{id}?include_internal=true` therefore adds nothing). An
+    event is not waited for: the events of one turn of the event loop are handed to the
+    store's thread together at its end, written and committed at once; a run's next
+    sequence number is counted there, not read back per event. A read made after an event
+    is queued behind it, so sees it.
+    (`stream_ticks` and `get_legacy_ctx` belong to the server's tick persistence, which
+    `crag serve` does not run; they are left as the base class has them.)
     """
 
     def __init__(self, db_path: str) -> None:
         super().__init__(db_path)  # migrations (and WAL) on a connection of their own
         self._connection = _long_lived_connection(db_path)
-        self._sequences: dict[str, int] = {}
-        self._commit_pending = False
+        self._sequences: dict[str, int] = {}  # the store's thread's alone
+        self._pending: list[tuple[str, EventEnvelopeWithMetadata]] = []  # the event loop's alone
+        self.commits = 0  # how many commits carried events (for tests)
+        self._thread = StoreThread(f"crag-store {Path(db_path).name}")
 
     async def start(self) -> None:
         """Mark failed the runs a previous process left running.
@@ -106,10 +121,58 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
             if handler.run_id and (handler.started_at is None or handler.started_at < cutoff):
                 await self.update_handler_status(handler.run_id, status="failed", error=INTERRUPTED)
 
+    # --- the base class's SQL, on the store's thread ----------------------------------------
+
+    async def query(self, query: HandlerQuery) -> list[PersistentHandler]:
+        return await self._call(_drive, SqliteWorkflowStore.query(self, query))
+
+    async def update(self, handler: PersistentHandler) -> None:
+        await self._call(_drive, SqliteWorkflowStore.update(self, handler))
+        if handler.run_id and is_terminal_status(handler.status):
+            self._evict_run_state_stores(handler.run_id)  # as _RunStateInMemory.update does
+
+    async def delete(self, query: HandlerQuery) -> int:
+        return await self._call(_drive, SqliteWorkflowStore.delete(self, query))
+
+    async def query_events(self, run_id: str, after_sequence: int | None = None,
+                           limit: int | None = None) -> list[StoredEvent]:
+        return await self._call(_drive, SqliteWorkflowStore.query_events(self, run_id, after_sequence, limit))
+
+    async def append_tick(self, run_id: str, tick_data: dict[str, Any]) -> None:
+        await self._call(_drive, SqliteWorkflowStore.append_tick(self, run_id, tick_data))
+
+    async def get_ticks(self, run_id: str) -> list[StoredTick]:
+        return await self._call(_drive, SqliteWorkflowStore.get_ticks(self, run_id))
+
+    # --- events -----------------------------------------------------------------------------
+
     async def append_event(self, run_id: str, event: EventEnvelopeWithMetadata) -> None:
-        types = event.types or ()
-        if INTERNAL_EVENT in types:
+        if INTERNAL_EVENT in (event.types or ()):
             return
+        if not self._pending:  # the first of this turn: write them all at its end
+            asyncio.get_running_loop().call_soon(self._hand_over)
+        self._pending.append((run_id, event))
+        condition = self._conditions.get(run_id)
+        if condition is not None:  # its reader's next query is queued behind this event
+            async with condition:
+                condition.notify_all()
+
+    def _hand_over(self) -> None:
+        """Queue this turn's events, then a commit, as one job: one wake-up of the store's
+        thread per turn, not one per event (each wake-up is a hand-over of the interpreter
+        lock; per event they cost 8-16 ms of server CPU per question)."""
+        if self._pending:
+            batch, self._pending = self._pending, []
+            self._thread.put(self._write_events, batch)
+
+    def _write_events(self, batch: list[tuple[str, EventEnvelopeWithMetadata]]) -> None:
+        try:
+            for run_id, event in batch:
+                self._insert_event(run_id, event)
+        finally:
+            self._commit()
+
+    def _insert_event(self, run_id: str, event: EventEnvelopeWithMetadata) -> None:
         sequence = self._sequences.get(run_id)
         if sequence is None:
             row = self._connection.execute(
@@ -121,30 +184,27 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
             "VALUES (?, ?, CURRENT_TIMESTAMP, ?)",
             (run_id, sequence + 1, event.model_dump_json()),
         )
-        if StopEvent.__name__ in types or event.type in TERMINAL_EVENTS:
+        if StopEvent.__name__ in (event.types or ()) or event.type in TERMINAL_EVENTS:
             self._sequences.pop(run_id, None)
         else:
             self._sequences[run_id] = sequence + 1
-        self._commit_soon()
-        condition = self._conditions.get(run_id)
-        if condition is not None:
-            async with condition:
-                condition.notify_all()
-
-    def _commit_soon(self) -> None:
-        """Commit at the end of this turn of the event loop, with whatever else it wrote."""
-        if not self._commit_pending:
-            self._commit_pending = True
-            asyncio.get_running_loop().call_soon(self._commit)
 
     def _commit(self) -> None:
-        self._commit_pending = False
-        self._connection.commit()
+        if self._connection.in_transaction:
+            self._connection.commit()
+            self.commits += 1
+
+    async def _call(self, job: Callable[..., T], *args: Any) -> T:
+        self._hand_over()  # events appended earlier are written before this job reads
+        return await self._thread.call(job, *args)
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is written and committed."""
+        await self._call(self._commit)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        if self._commit_pending:
-            self._commit()  # so that a rollback below cannot take the events with it
+        self._commit()  # so that a rollback below cannot take queued events with it
         try:
             yield self._connection
         except BaseException:
@@ -152,15 +212,25 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
             raise
 
     def close(self) -> None:
-        """Close the connection (the store cannot be used afterwards)."""
-        if self._commit_pending:
-            self._commit()
-        self._connection.close()
+        """Write what is queued, commit, close the connection and end the store's thread (the
+        store cannot be used afterwards)."""
+        self._hand_over()
+        self._thread.stop(last=lambda: (self._commit(), self._connection.close()))
+
+
+def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run to its end a coroutine that never awaits: the base class's SQLite methods, whose
+    bodies are plain sqlite3 calls (on the store's thread, here)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("a SQLite store method awaited; it cannot run on the store's thread")
 
 
 def _long_lived_connection(db_path: str) -> sqlite3.Connection:
-    # The server builds its store on one thread and may serve on another (uvicorn in a
-    # thread, tests); only the event loop's thread uses it after that, one call at a time.
+    # Opened where the store is built; only the store's thread uses it after that.
     connection = sqlite3.connect(db_path, timeout=30.0, check_same_thread=False)
     # In WAL mode (set by the store's migrations), NORMAL syncs at checkpoints instead of
     # at every commit: a crash of the process loses nothing committed, but a power failure
