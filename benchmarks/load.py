@@ -1,6 +1,7 @@
 """Load: many concurrent questions through one crag workflow, with faulty servers.
 
     .venv/bin/python benchmarks/load.py [--queries 200] [--fault-rate 0.1] [--seed 7]
+    .venv/bin/python benchmarks/load.py --http [--seconds 60]   (crag serve; see _http_load.py)
 
 One `CorrectiveRAGWorkflow` (LLM grader, rewriter and synthesizer; Tavily web search),
 `--queries` concurrent `run()`s on it. The LLM and Tavily are loopback servers on
@@ -304,7 +305,18 @@ def main() -> int:
     parser.add_argument("--run-timeout", type=float, default=30.0)
     parser.add_argument("--budget", type=float, default=120.0, help="seconds for the whole load")
     parser.add_argument("-v", "--verbose", action="store_true", help="also print what degraded and why")
+    http = parser.add_argument_group("--http: crag serve under 0.5x, 1x and 3x its capacity (_http_load.py)")
+    http.add_argument("--http", action="store_true", help="drive a crag serve process instead")
+    http.add_argument("--seconds", type=float, default=60.0, help="seconds per level")
+    http.add_argument("--latency", type=float, default=0.05, help="seconds per fake LLM call")
+    http.add_argument("--max-runs", type=int, default=8, help="crag serve's [server] max_runs")
+    http.add_argument("--max-queue", type=int, default=32, help="crag serve's [server] max_queue")
+    http.add_argument("--request-timeout", type=float, default=60.0, help="client timeout per request")
     args = parser.parse_args()
+    if args.http:
+        from _http_load import run_http
+
+        return run_http(args)
     report = asyncio.run(
         run_load(
             args.queries,

@@ -221,9 +221,10 @@ def crag_answer(reply: Any) -> str | None:
 @contextmanager
 def crag_server(
     work: Path, fake: str, corpus: Path, top_k: int, web: str, store: str | None = None,
-    queries: int = 100,
+    queries: int = 100, max_queue: int = 0, llm_extra: str = "",
 ) -> Iterator[Server]:
-    """`crag ingest` then `crag serve` with a config pointing at the fake."""
+    """`crag ingest` then `crag serve` with a config pointing at the fake; `max_runs` is
+    `queries` and `max_queue` 0 unless told; `llm_extra`: more TOML lines for `[llm]`."""
     web_section = (
         f'kind = "local"\ncorpus = "{corpus}"\n'
         if web == "local"
@@ -233,12 +234,12 @@ def crag_server(
     config = work / "crag.toml"
     config.write_text(
         f'[index]\npath = "{work / "index"}"\n\n[retriever]\ntop_k = {top_k}\n\n'
-        f'[llm]\nbase_url = "{fake}/v1"\napi_key = "sk-fake-crag"\n\n'
+        f'[llm]\nbase_url = "{fake}/v1"\napi_key = "sk-fake-crag"\n{llm_extra}\n'
         f"[web_search]\n{web_section}top_k = 5\n"  # the pack asks Tavily for 5 results
         + f'\n[server]\nhost = "127.0.0.1"\nport = {port}\n'
         # Admit the whole load at once, as the pack's harness does: the benchmark measures
         # what one process serves, not crag serve's admission limits (8 runs, 32 queued).
-        + f"max_runs = {queries}\nmax_queue = 0\n"
+        + f"max_runs = {queries}\nmax_queue = {max_queue}\n"
         + (f'store = "{store}"\n' if store not in (None, "memory") else ""),
         encoding="utf-8",
     )
