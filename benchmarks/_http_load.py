@@ -2,7 +2,7 @@
 
 One `crag serve` process (throughput.py's `crag_server`: `crag ingest` then `crag serve`, the
 SQuAD questions and their gold passages) at its default admission limits (`[server] max_runs`
-8, `max_queue` 32 unless told), and throughput.py's fake model in its own process, with a
+8, `max_queue` 8 unless told), and throughput.py's fake model in its own process, with a
 fraction `--fault-rate` of its answers a fault (tests/loopback.py `chaos`: HTTP 500, HTTP 429
 with Retry-After 1, a connection reset, or a stall past the client's timeout).
 

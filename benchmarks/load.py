@@ -310,7 +310,7 @@ def main() -> int:
     http.add_argument("--seconds", type=float, default=60.0, help="seconds per level")
     http.add_argument("--latency", type=float, default=0.05, help="seconds per fake LLM call")
     http.add_argument("--max-runs", type=int, default=8, help="crag serve's [server] max_runs")
-    http.add_argument("--max-queue", type=int, default=32, help="crag serve's [server] max_queue")
+    http.add_argument("--max-queue", type=int, default=8, help="crag serve's [server] max_queue")
     http.add_argument("--request-timeout", type=float, default=60.0, help="client timeout per request")
     args = parser.parse_args()
     if args.http:

@@ -196,8 +196,9 @@ class ServerSettings(_Section):
     )
     max_runs: int = Field(8, ge=1, description="Runs in flight at once; more wait in a queue.")
     max_queue: int = Field(
-        32, ge=0, description="Run requests waiting (first come, first served) beyond max_runs; "
-        "beyond that a 503 with Retry-After."
+        8, ge=0, description="Run requests waiting (first come, first served) beyond max_runs; "
+        "beyond that a 503 with Retry-After. About one max_runs: at 3x capacity admitted runs "
+        "then wait no more than one run's time (benchmarks/load.py --http)."
     )
     max_body_bytes: int = Field(65_536, ge=1024, description="Largest request body; larger is a 413.")
     keep_runs: int = Field(10_000, ge=1, description="Finished runs kept in the store; older ones pruned.")
