@@ -40,6 +40,12 @@ class QueryError(CragError):
 class IndexNotFoundError(CragError):
     """No index exists at the given path."""
 
+    @classmethod
+    def damaged(cls, path: object, problem: str) -> IndexNotFoundError:
+        """The index at `path` cannot be used ("is unreadable (...)"), and the one remedy."""
+        return cls(f"The index at {path} {problem}; remove the folder and build it again: "
+                   f"crag ingest YOUR_DOCS --index {path}")
+
 
 class IngestError(CragError):
     """A source file could not be read or indexed."""

@@ -172,12 +172,12 @@ class ChunkTerms:
 class LexicalIndex:
     """What a question needs of the saved lexical statistics, loaded on first use.
 
-    `damaged` is the error message for files that cannot be read, with "{what}" to fill in.
+    `index` is the index folder, named in the error for files that cannot be read.
     """
 
-    def __init__(self, folder: Path, damaged: str) -> None:
+    def __init__(self, folder: Path, index: Path) -> None:
         self.folder = folder
-        self._damaged = damaged
+        self._index = index
         self._bm25: BM25 | None = None
         self._stats: TermStats | None = None
 
@@ -207,7 +207,7 @@ class LexicalIndex:
         except IndexNotFoundError:
             raise
         except Exception as exc:  # noqa: BLE001 - a damaged .npy header alone raises ValueError, SyntaxError, TokenError...
-            raise IndexNotFoundError(self._damaged.format(what=f"{what}: {type(exc).__name__}")) from None
+            raise IndexNotFoundError.damaged(self._index, f"is unreadable ({what}: {type(exc).__name__})") from None
 
     def _chunks(self) -> int:
         return len(np.load(self.folder / "terms.indptr.npy", mmap_mode="r")) - 1

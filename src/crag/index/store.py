@@ -59,10 +59,10 @@ class OldIndexFormatError(IndexNotFoundError):
 class NodeFile(Sequence[TextNode]):
     """The chunks of one version, each parsed from its own line when it is asked for."""
 
-    def __init__(self, folder: Path, damaged: str) -> None:
+    def __init__(self, folder: Path, index: Path) -> None:
         self._file = folder / "nodes.jsonl"
         self._offsets = _read_array(folder / "offsets.npy")
-        self._damaged = damaged  # the error message, with "{what}" to fill in
+        self._index = index  # the index folder, named in errors
         self._fd: int | None = None
 
     def __len__(self) -> int:
@@ -92,7 +92,8 @@ class NodeFile(Sequence[TextNode]):
                 raise ValueError
             return TextNode.from_dict(record)
         except (ValueError, TypeError, KeyError, AttributeError):  # also UnicodeDecodeError
-            raise IndexNotFoundError(self._damaged.format(what=f"nodes.jsonl line {position + 1} is not a chunk")) from None
+            problem = f"is unreadable (nodes.jsonl line {position + 1} is not a chunk)"
+            raise IndexNotFoundError.damaged(self._index, problem) from None
 
     def close(self) -> None:
         if self._fd is not None:
@@ -162,10 +163,7 @@ class ChunkIndex:
         recorded = _read_manifest(self.version / "manifest.json").get("sha256", {})
         for name in CHECKED_FILES:
             if recorded.get(name) != _sha256(self.version / name):
-                raise IndexNotFoundError(
-                    f"The index at {self.path} is damaged ({name} does not match its checksum); remove the "
-                    f"folder and build it again: crag ingest YOUR_DOCS --index {self.path}"
-                )
+                raise IndexNotFoundError.damaged(self.path, f"is damaged ({name} does not match its checksum)")
 
     def document_positions(self) -> dict[str, list[int]]:
         """Each document's chunk positions, in order (written at ingest; read without the chunks)."""
@@ -173,8 +171,7 @@ class ChunkIndex:
             try:
                 return json.loads((self.version / "documents.json").read_text(encoding="utf-8"))
             except (OSError, ValueError):
-                raise IndexNotFoundError(f"The index at {self.path} is unreadable (documents.json); remove the "
-                                         f"folder and build it again: crag ingest YOUR_DOCS --index {self.path}") from None
+                raise IndexNotFoundError.damaged(self.path, "is unreadable (documents.json)") from None
         return _positions_by_document(self.nodes)
 
     def in_memory(self) -> ChunkIndex:
@@ -237,19 +234,18 @@ class ChunkIndex:
         path = Path(path)
         if path.exists() and not path.is_dir():
             raise IndexNotFoundError(f"{path} is a file, not a crag index folder; pass the folder with --index.")
-        rebuild = f"remove the folder and build it again: crag ingest YOUR_DOCS --index {path}"
-        version = _live_version(path, rebuild)
+        version = _live_version(path)
         try:
             manifest = _read_manifest(version / "manifest.json")
-            embeddings = _read_embeddings(version / "embeddings.npy")
-            nodes = NodeFile(version, f"The index at {path} is unreadable ({{what}}); {rebuild}")
+            embeddings = _read_array(version / "embeddings.npy")
+            nodes = NodeFile(version, path)
             summaries = _read_summaries(version / "summaries.json")
             lexical_count = len(_read_array(version / "lexical" / "terms.indptr.npy")) - 1
         except (ValueError, OSError, EOFError, TypeError) as exc:
-            raise IndexNotFoundError(f"The index at {path} is unreadable ({_reason(exc)}); {rebuild}") from None
+            raise IndexNotFoundError.damaged(path, f"is unreadable ({_reason(exc)})") from None
         problem = _consistency_problem(version, manifest, embeddings, len(nodes), lexical_count)
         if problem:
-            raise IndexNotFoundError(f"The index at {path} is inconsistent ({problem}); {rebuild}")
+            raise IndexNotFoundError.damaged(path, f"is inconsistent ({problem})")
         index = cls(
             nodes=nodes,
             embeddings=embeddings,
@@ -260,7 +256,7 @@ class ChunkIndex:
             vectors=manifest.get("vectors") or {},
         )
         index.path, index.version = path, version
-        index._lexical = LexicalIndex(version / "lexical", f"The index at {path} is unreadable ({{what}}); {rebuild}")
+        index._lexical = LexicalIndex(version / "lexical", path)
         return index
 
     def save(self, path: str | Path, terms: ChunkTerms | None = None) -> None:
@@ -320,7 +316,7 @@ def _sha256(file: Path) -> str:
 def recorded_chunker(path: Path) -> str:
     """The chunker signature the index at `path` was cut with ("" when there is no readable index)."""
     try:
-        return str(_read_manifest(_live_version(path, "") / "manifest.json").get("chunker", ""))
+        return str(_read_manifest(_live_version(path) / "manifest.json").get("chunker", ""))
     except (IndexNotFoundError, ValueError, OSError):
         return ""
 
@@ -358,17 +354,16 @@ def writer_lock(path: Path) -> Iterator[None]:
 
 def load_format1(path: Path) -> ChunkIndex:
     """An index written by crag 0.1 (flat files, format 1), read whole into memory to upgrade it."""
-    rebuild = f"remove the folder and build it again: crag ingest YOUR_DOCS --index {path}"
     try:
         nodes = [TextNode.from_dict(json.loads(line)) for line in
                  (path / "nodes.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-        embeddings = _read_embeddings(path / "embeddings.npy")
+        embeddings = _read_array(path / "embeddings.npy")
         manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
         summaries = _read_summaries(path / "summaries.json")
     except (ValueError, OSError, TypeError, KeyError, AttributeError) as exc:
-        raise IndexNotFoundError(f"The index at {path} is unreadable ({_reason(exc)}); {rebuild}") from None
+        raise IndexNotFoundError.damaged(path, f"is unreadable ({_reason(exc)})") from None
     if embeddings.shape != (len(nodes), EMBEDDING_DIM):
-        raise IndexNotFoundError(f"The index at {path} is inconsistent; {rebuild}")
+        raise IndexNotFoundError.damaged(path, "is inconsistent")
     index = ChunkIndex(nodes=nodes, embeddings=np.asarray(embeddings, np.float32),
                        manifest=manifest.get("files", {}), chunker=str(manifest.get("chunker", "")),
                        summaries=summaries)
@@ -381,7 +376,7 @@ def load_format1(path: Path) -> ChunkIndex:
 _FORMAT1_FILES = ("nodes.jsonl", "embeddings.npy", "manifest.json", "summaries.json", "vectors")
 
 
-def _live_version(path: Path, rebuild: str) -> Path:
+def _live_version(path: Path) -> Path:
     pointer = path / POINTER
     try:
         name = pointer.read_text(encoding="utf-8").strip()
@@ -395,9 +390,9 @@ def _live_version(path: Path, rebuild: str) -> Path:
             f"No crag index at {path}. Build one first: crag ingest YOUR_DOCS --index {path}"
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise IndexNotFoundError(f"The index at {path} is unreadable ({_reason(exc)}); {rebuild}") from None
+        raise IndexNotFoundError.damaged(path, f"is unreadable ({_reason(exc)})") from None
     if not _VERSION.fullmatch(name) or not (path / name).is_dir():
-        raise IndexNotFoundError(f"The index at {path} is damaged ({POINTER} names no version); {rebuild}")
+        raise IndexNotFoundError.damaged(path, f"is damaged ({POINTER} names no version)")
     return path / name
 
 
@@ -416,10 +411,6 @@ def _read_manifest(file: Path) -> dict[str, Any]:
     if not isinstance(vectors, dict) or (vectors.get("kind") == "server" and not isinstance(vectors.get("collection"), str)):
         raise ValueError("manifest.json's vector store record is damaged")
     return manifest
-
-
-def _read_embeddings(file: Path) -> np.ndarray:
-    return _read_array(file)
 
 
 def _read_array(file: Path) -> np.ndarray:

@@ -34,7 +34,7 @@ from crag.index import ChunkIndex
 from crag.index.lexical import BM25
 from crag.ingestion.summaries import extractive_summary
 from crag.models import WordLlamaEmbedding
-from crag.steps.retrieval import RRF_K, warm_up_index
+from crag.steps.retrieval import RRF_K
 from crag.trace import note_degraded
 
 logger = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class SummaryRetriever:
             if self._vectors is None:
                 text.warm_up()
                 warm_up(self.embed_model)
-                warm_up_index(self.index)
+                warm_up(self.index)
                 self._prepare()
 
     def _prepare(self) -> None:

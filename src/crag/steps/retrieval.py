@@ -15,19 +15,6 @@ from crag.models import WordLlamaEmbedding
 RRF_K = 60  # the constant from Cormack et al. (2009); flattens the head of each ranking
 
 
-def warm_up_index(index: ChunkIndex) -> None:
-    """Load what searching `index` needs (BM25, term statistics, the vector store) now.
-
-    An index with its own `warm_up` does it; for one without, each lazy part is touched.
-    """
-    warm = getattr(index, "warm_up", None)
-    if warm is not None:
-        warm()
-    elif len(index):
-        index.bm25, index.term_stats  # noqa: B018 - built on first access
-        index.vector_search(index.embeddings[0], 1)  # opens the vector store
-
-
 class HybridRetriever:
     """Fuses BM25 and embedding rankings by reciprocal rank (Cormack et al., 2009).
 
@@ -68,7 +55,7 @@ class HybridRetriever:
             if not self._warm:
                 text.warm_up()
                 warm_up(self.embed_model)
-                warm_up_index(self.index)
+                warm_up(self.index)
                 self._warm = True
 
     async def retrieve(self, query: str) -> list[NodeWithScore]:

@@ -13,7 +13,7 @@ from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.steps.grading import LexicalEvaluator, LLMGrader
 from crag.steps.postprocessing import check_index, postprocessors_for, retrieval_depth
 from crag.steps.refining import StripRefiner
-from crag.steps.retrieval import HybridRetriever, warm_up_index
+from crag.steps.retrieval import HybridRetriever
 from crag.steps.rewriting import KeywordRewriter, LLMRewriter
 from crag.steps.synthesis import ExtractiveSynthesizer, LLMSynthesizer
 from crag.steps.web_search import LocalCorpusSearch, TavilySearch
@@ -107,9 +107,7 @@ def warm_up_workflow(workflow: object, index: ChunkIndex | None = None) -> None:
 
     Cheap when done already: `crag serve` calls it on whatever workflow it was given.
     """
-    if index is not None:
-        warm_up_index(index)
-    warm_up(*(getattr(workflow, name, None) for name in COMPONENTS))
+    warm_up(index, *(getattr(workflow, name, None) for name in COMPONENTS))
 
 
 # The attributes under which crag's workflows (corrective and plain) keep their components.
