@@ -50,10 +50,11 @@ def test_a_ten_question_eval_compares_crag_with_plain_rag(
     assert rag_dropped["gold_retrieved"] == 0.0 and rag_dropped["answer_accuracy"] <= 0.2
     assert crag_dropped["gold_in_context"] >= 0.8 and crag_dropped["answer_accuracy"] >= 0.8
     assert crag_present["answer_accuracy"] >= rag_present["answer_accuracy"] >= 0.8
-    # Every dropped question is sent to the web; the present ones are answered from the index.
+    # Every dropped question is sent to the web (a question describing what it asks about may
+    # search again for its second hop); the present ones are answered from the index.
     assert (
         crag_dropped["verdicts"]["correct"] == 0.0
-        and crag_dropped["search_calls_per_question"] == 1.0
+        and 1.0 <= crag_dropped["search_calls_per_question"] <= 3.0
     )
     assert crag_present["verdicts"]["correct"] >= 0.8
     assert rag_present["verdicts"] is None and rag_present["search_calls_per_question"] == 0.0

@@ -86,8 +86,9 @@ def test_a_module_function_system_is_evaluated_with_its_llm_calls_counted(
     (system,) = report["systems"]
     assert system["name"] == spec
     all_ = system["splits"]["all"]
-    # One grading call per retrieved chunk (top 5), nothing else uses the model.
-    assert all_["llm_calls_per_question"] == 5.0
+    # One grading call per retrieved chunk (top 5), and per chunk a further hop retrieved
+    # about the thing it names; nothing else uses the model.
+    assert 5.0 <= all_["llm_calls_per_question"] <= 10.0
     assert all_["verdicts"]["incorrect"] == 1.0  # "3" of 10 is below lower for every chunk
 
 

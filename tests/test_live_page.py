@@ -119,10 +119,11 @@ def test_an_ambiguous_run_lights_up_in_order_both_branches_at_once_then_explains
     assert set(notes) == set(run_order) and all(" ms" in t or " s" in t for t in notes.values())
     assert notes["web_search"].endswith("1 search")
     assert page.locator(".live .node.running").count() == 0
-    # The stop event and the path into synthesize are lit; the explanation follows.
+    # The stop event and both paths into the hop step are lit; the explanation follows.
     assert page.locator('.live .node.on[data-id="StopEvent"]').count() == 1
-    assert page.locator('.live path.edge.on[data-edge="InternalKnowledgeEvent synthesize"]').count() == 1
-    assert page.locator('.live path.edge.on[data-edge="WebKnowledgeEvent synthesize"]').count() == 1
+    assert page.locator('.live path.edge.on[data-edge="InternalKnowledgeEvent hop"]').count() == 1
+    assert page.locator('.live path.edge.on[data-edge="WebKnowledgeEvent hop"]').count() == 1
+    assert page.locator('.live path.edge.on[data-edge="KnowledgeEvent synthesize"]').count() == 1
     why = page.inner_text("#result .why")
     assert why.startswith("Why: Ambiguous:") and "lower threshold 0.327" in why
     assert page.inner_text("#result .answer") == result.answer

@@ -375,7 +375,7 @@ def test_the_trace_counts_every_model_call_and_its_tokens(correct_run):
     server, result, _ = correct_run
     calls = {s.name: s.llm_calls for s in result.trace.steps}
     assert calls == {
-        "retrieve": 0, "postprocess": 0, "rewrite": 1, "grade": len(DOCS), "refine_internal": 0, "synthesize": 1
+        "retrieve": 0, "postprocess": 0, "rewrite": 1, "grade": len(DOCS), "refine_internal": 0, "hop": 0, "synthesize": 1
     }
     assert result.trace.llm_calls == len(server.requests)
     # The server counts one token per word of the prompt and of the reply (loopback.py).

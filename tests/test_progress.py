@@ -11,7 +11,7 @@ from crag import Settings, build_workflow, ingest
 from crag.app.progress import ingest_progress, run_with_progress, step_progress
 from crag.events import StepProgressEvent
 
-WEB_PATH = ["retrieve", "postprocess", "grade", "rewrite", "web_search", "refine_web", "synthesize"]
+WEB_PATH = ["retrieve", "postprocess", "grade", "rewrite", "web_search", "refine_web", "hop", "synthesize"]
 
 
 async def test_stream_events_yields_a_start_and_a_finish_per_step_with_its_record(sample_settings: Settings) -> None:

@@ -16,7 +16,7 @@ from crag.app.render import graph_html, layout, mermaid, run_path, timeline_svg,
 from crag.errors import TraceError
 from crag.trace import RunTrace, StepRecord
 
-STEPS = ["retrieve", "postprocess", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"]
+STEPS = ["retrieve", "postprocess", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "hop", "synthesize"]
 EVENTS = [
     "QueryStartEvent", "CandidatesEvent", "RetrievedEvent", "RefineInternalEvent", "RewriteQueryEvent",
     "WebResultsEvent", "InternalKnowledgeEvent", "WebKnowledgeEvent", "StopEvent",
@@ -163,7 +163,8 @@ CORRECT = RunTrace(query="What warranty does Lumen give?", verdict="correct", se
            prompt_tokens=700, completion_tokens=4),
     record("rewrite", "RewriteQueryEvent", ["RewrittenQueryEvent"], 0.012, 0.060, llm_calls=1),
     record("refine_internal", "RefineInternalEvent", ["InternalKnowledgeEvent"], 0.071, 0.075),
-    record("synthesize", "InternalKnowledgeEvent", ["StopEvent"], 0.076, 0.119, llm_calls=1),
+    record("hop", "InternalKnowledgeEvent", ["KnowledgeEvent"], 0.075, 0.076),
+    record("synthesize", "KnowledgeEvent", ["StopEvent"], 0.076, 0.119, llm_calls=1),
 ])
 NOT_TAKEN = {"web_search", "refine_web", "WebSearchNeededEvent", "WebResultsEvent", "WebKnowledgeEvent"}
 
@@ -184,7 +185,7 @@ def nodes_by_state(page: str) -> dict[str, set[str]]:
 def test_trace_lights_the_steps_and_events_of_the_run_and_dims_the_rest() -> None:
     states = nodes_by_state(trace_html(CorrectiveRAGWorkflow, CORRECT))
     assert states["dim"] == NOT_TAKEN
-    assert {"retrieve", "postprocess", "grade", "rewrite", "refine_internal", "synthesize", "QueryStartEvent",
+    assert {"retrieve", "postprocess", "grade", "rewrite", "refine_internal", "hop", "synthesize", "QueryStartEvent",
             "CandidatesEvent", "RetrievedEvent", "RewriteQueryEvent", "RewrittenQueryEvent", "StopEvent"} <= states["lit"]
 
 
@@ -193,15 +194,15 @@ def test_an_edge_is_on_the_path_only_if_the_run_used_it() -> None:
     assert ("retrieve", "RewriteQueryEvent") in path.edges  # the speculative rewrite came from retrieve,
     assert ("grade", "RewriteQueryEvent") not in path.edges  # not from grade
     assert ("RewrittenQueryEvent", "web_search") not in path.edges  # its result waited for nothing
-    assert ("InternalKnowledgeEvent", "synthesize") in path.edges
-    assert ("WebKnowledgeEvent", "synthesize") not in path.edges
+    assert ("InternalKnowledgeEvent", "hop") in path.edges and ("KnowledgeEvent", "synthesize") in path.edges
+    assert ("WebKnowledgeEvent", "hop") not in path.edges
 
 
 def test_steps_that_ran_show_their_time_calls_and_tokens() -> None:
     notes, _ = run_path(get_workflow_representation(CorrectiveRAGWorkflow), CORRECT)
     assert notes == {
         "retrieve": "9.0 ms", "postprocess": "1.0 ms", "grade": "59 ms · 4 LLM · 704 tok", "rewrite": "48 ms · 1 LLM",
-        "refine_internal": "4.0 ms", "synthesize": "43 ms · 1 LLM",
+        "refine_internal": "4.0 ms", "hop": "1.0 ms", "synthesize": "43 ms · 1 LLM",
     }
     assert set(notes.values()) <= visible_text(trace_html(CorrectiveRAGWorkflow, CORRECT))
 
@@ -210,7 +211,7 @@ def test_trace_page_shows_the_query_verdict_total_time_and_counts() -> None:
     page = trace_html(CorrectiveRAGWorkflow, CORRECT, title="Run <1>")
     shown = visible_text(page)
     assert {"Run <1>", "“What warranty does Lumen give?”", "correct", "120 ms", "Timeline"} <= shown
-    assert "6 of 8 steps ran · 6 LLM calls · 0 web searches · 704 tokens" in " ".join(shown)
+    assert "7 of 9 steps ran · 6 LLM calls · 0 web searches · 704 tokens" in " ".join(shown)
 
 
 def test_timeline_has_a_bar_per_step_and_concurrent_steps_overlap() -> None:
@@ -227,7 +228,7 @@ def test_timeline_has_a_bar_per_step_and_concurrent_steps_overlap() -> None:
 def test_a_failed_or_degraded_step_is_marked_and_explained() -> None:
     steps = [s.model_copy() for s in CORRECT.steps]
     steps[2].degraded = "2 of 4 grades by a fallback (timeout)"
-    steps[5].error = "ValueError: boom"
+    steps[6].error = "ValueError: boom"
     page = trace_html(CorrectiveRAGWorkflow, CORRECT.model_copy(update={"steps": steps}))
     assert "⚠ grade: 2 of 4 grades by a fallback (timeout)" in visible_text(page)
     assert "⚠ synthesize: ValueError: boom" in visible_text(page)

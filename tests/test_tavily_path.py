@@ -142,7 +142,7 @@ async def test_unrelated_question_is_answered_from_tavily_results_with_web_sourc
     assert result.sources, "the answer should cite the web result"
     assert {(s.kind, s.url) for s in result.sources} == {("web", MONA_LISA["url"])}
     assert "Leonardo da Vinci" in result.sources[0].text
-    assert result.steps[-3:] == ["web_search", "refine_web", "synthesize"]
+    assert result.steps[-4:] == ["web_search", "refine_web", "hop", "synthesize"]
 
 
 async def test_a_tavily_outage_during_a_run_degrades_to_internal_knowledge(index_dir):

@@ -36,7 +36,7 @@ async def test_correct_answers_from_the_documents_without_searching_the_web(samp
     )
     assert result.verdict is Verdict.CORRECT
     # The rewrite runs alongside grading (speculatively); the web is never searched.
-    assert set(steps) == {"retrieve", "postprocess", "rewrite", "grade", "refine_internal", "synthesize"}
+    assert set(steps) == {"retrieve", "postprocess", "rewrite", "grade", "refine_internal", "hop", "synthesize"}
     # The speculative rewrite may finish first: retrieval runs off the loop, beside it.
     path = [s for s in steps if s != "rewrite"]
     assert path[:2] == ["retrieve", "postprocess"] and steps[-1] == "synthesize"
@@ -50,7 +50,7 @@ async def test_incorrect_discards_retrieval_and_answers_from_the_web(sample_sett
         build_workflow(sample_settings), "Who invented the lithium-ion battery?"
     )
     assert result.verdict is Verdict.INCORRECT
-    assert set(steps) == {"retrieve", "postprocess", "grade", "rewrite", "web_search", "refine_web", "synthesize"}
+    assert set(steps) == {"retrieve", "postprocess", "grade", "rewrite", "web_search", "refine_web", "hop", "synthesize"}
     assert steps.index("grade") < steps.index("refine_web") and steps[-1] == "synthesize"
     assert all(g.score < sample_settings.grader.lower for g in result.grades)
     assert result.rewritten_query == "invented lithium ion battery"
@@ -64,7 +64,7 @@ async def test_ambiguous_runs_both_branches_and_joins_them(sample_settings: Sett
     )
     assert result.verdict is Verdict.AMBIGUOUS
     assert set(steps) == {
-        "retrieve", "postprocess", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"
+        "retrieve", "postprocess", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "hop", "synthesize"
     }
     assert steps[-1] == "synthesize" and steps.count("synthesize") == 1
     assert "web:lfp-chemistry" in {s.id for s in result.sources}
@@ -76,7 +76,7 @@ async def test_result_reports_grades_timings_and_steps(sample_settings: Settings
     assert len(result.grades) == min(sample_settings.retriever.top_k, len(sample_index))
     assert all(0.0 <= g.score <= 1.0 and g.grader == "lexical" for g in result.grades)
     assert set(result.timings) == set(result.steps) == {
-        "retrieve", "postprocess", "rewrite", "grade", "refine_internal", "synthesize"
+        "retrieve", "postprocess", "rewrite", "grade", "refine_internal", "hop", "synthesize"
     }
     assert all(seconds >= 0 for seconds in result.timings.values())
 
@@ -114,7 +114,7 @@ async def test_without_speculation_the_rewrite_waits_for_the_verdict(sample_sett
     correct, correct_steps, _ = await run_and_trace(build_workflow(settings), "What warranty does Lumen give on the Helio H10?")
     incorrect, incorrect_steps, _ = await run_and_trace(build_workflow(settings), "Who invented the lithium-ion battery?")
     assert "rewrite" not in correct_steps
-    assert incorrect_steps == ["retrieve", "postprocess", "grade", "rewrite", "web_search", "refine_web", "synthesize"]
+    assert incorrect_steps == ["retrieve", "postprocess", "grade", "rewrite", "web_search", "refine_web", "hop", "synthesize"]
 
 
 def test_ask_works_without_an_event_loop(sample_settings: Settings) -> None:

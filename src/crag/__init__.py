@@ -15,6 +15,7 @@ _WHERE = {
     "ConfigError": "crag.errors",
     "CragError": "crag.errors",
     "GradeParseError": "crag.errors",
+    "DecomposeParseError": "crag.errors",
     "IndexNotFoundError": "crag.errors",
     "IngestError": "crag.errors",
     "ModelReplyError": "crag.errors",
@@ -29,6 +30,7 @@ _WHERE = {
     "Verdict": "crag.events",
     "ChunkIndex": "crag.index",
     "ingest": "crag.ingestion",
+    "Decomposer": "crag.interfaces",
     "Grader": "crag.interfaces",
     "QueryRewriter": "crag.interfaces",
     "Refiner": "crag.interfaces",
@@ -46,6 +48,8 @@ __all__ = [
     "CorrectiveRAGWorkflow",
     "CragError",
     "CragResult",
+    "DecomposeParseError",
+    "Decomposer",
     "Grade",
     "GradeParseError",
     "Grader",
@@ -89,6 +93,7 @@ if _TYPE_CHECKING:
     from crag.errors import (
         ConfigError,
         CragError,
+        DecomposeParseError,
         GradeParseError,
         IndexNotFoundError,
         IngestError,
@@ -101,7 +106,7 @@ if _TYPE_CHECKING:
     from crag.events import CragResult, Grade, Source, Strip, Verdict
     from crag.index import ChunkIndex
     from crag.ingestion import ingest
-    from crag.interfaces import Grader, QueryRewriter, Refiner, Retriever, Synthesizer, WebSearch
+    from crag.interfaces import Decomposer, Grader, QueryRewriter, Refiner, Retriever, Synthesizer, WebSearch
     from crag.workflows import CorrectiveRAGWorkflow
     from crag.workflows.corrective import run_sync
     from crag.workflows.factory import build_workflow

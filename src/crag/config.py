@@ -126,6 +126,10 @@ class GraderSettings(_Section):
     # Defaults fitted by `crag calibrate` on the three shared dev sets (see README, "Measured").
     upper: float = Field(0.642, ge=0.0, le=1.0, description="Some chunk >= upper: Correct.")
     lower: float = Field(0.327, ge=0.0, le=1.0, description="All chunks < lower: Incorrect.")
+    cover: float = Field(
+        0.6, ge=0.0, le=1.0,
+        description="Correct also needs the kept chunks to cover this share of the question together.",
+    )
     concurrency: int = Field(32, gt=0, description="LLM grading calls in flight at once.")
 
     @model_validator(mode="after")
@@ -142,6 +146,12 @@ class RefinerSettings(_Section):
     # sentence in six was dropped for scoring lower than the chunk it came from.
     min_score: float = Field(0.2, ge=0.0, le=1.0, description="Strips scoring below this are dropped.")
     speculative: bool = Field(True, description="Score strips alongside grading, not after it.")
+
+
+class DecomposerSettings(_Section):
+    # "rules" finds comparisons and bridge hops offline; "llm" asks the model; "none" answers
+    # every question in one hop.
+    kind: Literal["auto", "rules", "llm", "none"] = "auto"
 
 
 class RewriterSettings(_Section):
@@ -218,6 +228,7 @@ class Settings(_Section):
     postprocess: PostprocessSettings = PostprocessSettings()
     grader: GraderSettings = GraderSettings()
     refiner: RefinerSettings = RefinerSettings()
+    decomposer: DecomposerSettings = DecomposerSettings()
     rewriter: RewriterSettings = RewriterSettings()
     web_search: WebSearchSettings = WebSearchSettings()
     synthesizer: SynthesizerSettings = SynthesizerSettings()

@@ -55,6 +55,10 @@ class GradeParseError(CragError):
     """A language model's relevance grade could not be parsed."""
 
 
+class DecomposeParseError(CragError):
+    """A language model's decomposition of a question could not be parsed."""
+
+
 class SearchError(CragError):
     """The web search component failed."""
 

@@ -42,6 +42,7 @@ class Strip(BaseModel):
     doc_id: str | None = None
     title: str | None = None
     url: str | None = None
+    hop: int = Field(0, description="Which hop found it: 0 the question itself, 1 on its sub-questions.")
 
 
 class Source(BaseModel):
@@ -149,6 +150,12 @@ class InternalKnowledgeEvent(Event):
 
 
 class WebKnowledgeEvent(Event):
+    strips: list[Strip]
+
+
+class KnowledgeEvent(Event):
+    """Every strip the answer may use: the first pass's and those of any further hops."""
+
     strips: list[Strip]
 
 

@@ -43,6 +43,19 @@ class Refiner(Protocol):
 
 
 @runtime_checkable
+class Decomposer(Protocol):
+    """Finds a compound question's hops: the parts a comparison names, and a bridge's next one."""
+
+    async def split(self, query: str) -> list[str]:
+        """One sub-question per thing a comparison names; [] for a question that names one."""
+        ...
+
+    async def follow_up(self, query: str, found: Sequence[Strip]) -> list[str]:
+        """The next hop's questions from what the first hop found; [] when there is none."""
+        ...
+
+
+@runtime_checkable
 class QueryRewriter(Protocol):
     """Turns a question into a query for web search."""
 

@@ -24,3 +24,20 @@ SYNTHESIZE_PROMPT = PromptTemplate(
     "Question: {query}\n"
     "Answer:"
 )
+
+SPLIT_PROMPT = PromptTemplate(
+    "Does the question below compare or combine two or more named things? If so, write one "
+    "short question per thing, each answerable on its own. If not, reply with [].\n"
+    "Question: {query}\n"
+    'Reply with a JSON list of strings only, e.g. ["When was X founded?", "When was Y founded?"].'
+)
+
+FOLLOW_UP_PROMPT = PromptTemplate(
+    "A question may need two steps: first find a thing it only describes, then ask about that "
+    "thing. Here are facts found for the first step.\n"
+    "Question: {query}\n"
+    "Facts:\n{facts}\n\n"
+    "If the facts name the described thing but do not answer the question, reply with one "
+    "short search query about that thing that would. Otherwise reply NONE.\n"
+    "Reply with the query or NONE only."
+)

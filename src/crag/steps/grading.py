@@ -19,28 +19,37 @@ from crag.prompts import GRADE_PROMPT
 from crag.text import SPANS_KEY, TermStats, sentences, terms, weighted_coverage
 
 
-def decide_verdict(grades: Sequence[Grade], upper: float, lower: float) -> Verdict:
-    """Correct if some chunk scores >= upper; Incorrect if all score < lower; else Ambiguous.
+def decide_verdict(
+    grades: Sequence[Grade], upper: float, lower: float, *, coverage: float | None = None, cover: float = 0.0
+) -> Verdict:
+    """Correct if some chunk scores >= upper and the kept chunks together cover the question
+    (`coverage` >= `cover`, when a coverage is given); Incorrect if all score < lower; else
+    Ambiguous.
 
     A binary yes/no grader is the case `upper == lower`: any "yes" is Correct, else Incorrect.
     """
     best = max((g.score for g in grades), default=0.0)
-    if best >= upper:
+    if best >= upper and (coverage is None or coverage >= cover):
         return Verdict.CORRECT
     if best < lower:
         return Verdict.INCORRECT
     return Verdict.AMBIGUOUS
 
 
-def explain_verdict(grades: Sequence[Grade], upper: float, lower: float) -> str:
+def explain_verdict(
+    grades: Sequence[Grade], upper: float, lower: float, *, coverage: float | None = None, cover: float = 0.0
+) -> str:
     """`decide_verdict`'s rule as it applied to these grades, in one sentence."""
-    verdict = decide_verdict(grades, upper, lower)
+    verdict = decide_verdict(grades, upper, lower, coverage=coverage, cover=cover)
     if not grades:
         return f"Incorrect: nothing was retrieved, so no grade could reach the lower threshold {lower:g}."
     best = max(g.score for g in grades)
     n = len(grades)
     if verdict is Verdict.CORRECT:
         return f"Correct: the best of {n} grades, {best:.2f}, reached the upper threshold {upper:g}."
+    if best >= upper and coverage is not None:
+        return (f"Ambiguous: the best of {n} grades, {best:.2f}, reached the upper threshold {upper:g}, "
+                f"but the kept chunks together cover only {coverage:.2f} of the question, below {cover:g}.")
     if verdict is Verdict.INCORRECT:
         return (f"Incorrect: all {n} grades were below the lower threshold {lower:g} "
                 f"(the best was {best:.2f}).")
@@ -105,6 +114,19 @@ class LexicalEvaluator:
         pairs = set(zip(wanted, wanted[1:]))
         phrase = len(pairs & set(zip(text_terms, text_terms[1:]))) / len(pairs) if pairs else whole
         return round(0.4 * whole + 0.4 * best + 0.2 * phrase, 4)
+
+    def coverage(self, query: str, texts: Sequence[tuple[str, str | None]]) -> float:
+        """How much of the question the (text, title) pairs cover together, in [0, 1]: the
+        IDF-weighted share of its content terms found in their union. A question whose parts
+        sit in two passages is covered only when both are there."""
+        wanted = _cached_terms(query)
+        if not wanted:
+            return 0.0
+        union: set[str] = set()
+        for body, title in texts:
+            union.update(terms(body))
+            union.update(_cached_terms(title) if title else ())
+        return round(self._coverage(list(wanted), union), 4)
 
     def _coverage(self, wanted: list[str], text_terms: set[str]) -> float:
         return weighted_coverage(wanted, text_terms, self.stats, partial=self.partial, min_prefix=self.min_prefix)

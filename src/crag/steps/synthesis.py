@@ -40,10 +40,11 @@ class ExtractiveSynthesizer:
     """Answers with the best-supported sentences, each followed by its source number.
 
     A sentence met twice (the same passage found in the documents and on the web) is
-    used once, so a repeat never takes the place of another sentence.
+    used once, so a repeat never takes the place of another sentence. A multi-hop run's
+    answer adds the best sentence of each further hop.
 
     Args:
-        max_sentences: sentences in the answer, best first.
+        max_sentences: sentences in the answer, best first, besides one per further hop.
     """
 
     def __init__(self, *, max_sentences: int = 3) -> None:
@@ -52,13 +53,24 @@ class ExtractiveSynthesizer:
     async def synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]:
         if not strips:
             return NO_KNOWLEDGE, []
-        distinct: dict[str, Strip] = {}
-        for strip in sorted(strips, key=lambda s: -s.score):  # stable: the first source wins ties
-            distinct.setdefault(" ".join(strip.text.split()).casefold(), strip)
-        chosen = list(distinct.values())[: self.max_sentences]
+        ranked = _distinct(sorted(strips, key=lambda s: -s.score))  # stable: the first source wins ties
+        # A further hop's strips were scored against its own sub-question, so they do not
+        # compare with the question's: the answer is the question's best sentences and, after
+        # them, the best sentence of each further hop (the fact that hop was for).
+        hops = list({s.hop: s for s in reversed(ranked) if s.hop}.values())
+        chosen = [s for s in ranked if not s.hop][: self.max_sentences] + sorted(hops, key=lambda s: s.hop)
         numbers, sources = number_sources(chosen)
         answer = " ".join(f"{s.text} [{numbers[s.source_id]}]" for s in chosen)
         return answer, sources
+
+
+def _distinct(strips: Sequence[Strip]) -> list[Strip]:
+    """The strips without repeats of a sentence, the question's own copy kept over a hop's."""
+    distinct: dict[str, Strip] = {}
+    for strip in sorted(strips, key=lambda s: bool(s.hop)):  # stable: keeps the given order otherwise
+        distinct.setdefault(" ".join(strip.text.split()).casefold(), strip)
+    kept = {id(s) for s in distinct.values()}
+    return [s for s in strips if id(s) in kept]
 
 
 class LLMSynthesizer:

@@ -4,6 +4,10 @@
                                       ├─ Ambiguous ─▶ both branches, concurrently ──────┼─▶ synthesize
                                       └─ Incorrect ─▶ rewrite ─▶ web_search ─▶ refine_web ┘
 
+Between the knowledge and `synthesize`, `hop` follows a compound question's further hops (a
+comparison's part the knowledge misses, a bridge's next question; see `Decomposer`): each is
+retrieved and graded, and searched on the web when the documents miss it.
+
 `postprocess` runs the configured stages (cutoffs, keyword filters, sentence windows,
 reranking, reordering) on what was retrieved; with none, it passes the chunks through.
 
@@ -24,6 +28,9 @@ from pydantic import Field
 from workflows import Context, step
 from workflows.events import StopEvent
 
+from llama_index.core.schema import NodeWithScore
+
+from crag._offload import off_loop
 from crag.config import GraderSettings
 from crag.errors import ConfigError
 from crag.events import (
@@ -31,17 +38,20 @@ from crag.events import (
     CragResult,
     Grade,
     InternalKnowledgeEvent,
+    KnowledgeEvent,
     QueryStartEvent,
     RefineInternalEvent,
     RetrievedEvent,
     RewriteQueryEvent,
     RewrittenQueryEvent,
+    Strip,
     Verdict,
     WebKnowledgeEvent,
     WebResultsEvent,
     WebSearchNeededEvent,
 )
 from crag.interfaces import (
+    Decomposer,
     Grader,
     Postprocessor,
     QueryRewriter,
@@ -50,6 +60,7 @@ from crag.interfaces import (
     Synthesizer,
     WebSearch,
 )
+from crag.steps.decomposition import RuleDecomposer, names_a_subject
 from crag.steps.grading import context_of, decide_verdict
 from crag.steps.postprocessing import apply_postprocessors
 from crag.steps.rewriting import KeywordRewriter
@@ -84,6 +95,7 @@ class RunState(RecordedState):
     query: str = ""
     verdict: Verdict | None = None
     grades: list[Grade] = Field(default_factory=list)
+    coverage: float | None = None
     rewritten_query: str | None = None
 
 
@@ -97,15 +109,22 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             (`crag.steps.postprocessing`); none passes them through.
         upper: some chunk scoring at least this makes the verdict Correct.
         lower: every chunk scoring below this makes it Incorrect; in between, Ambiguous.
+        decomposer: finds a compound question's further hops (`crag.steps.decomposition`);
+            None answers from the first pass only.
+        judge: scores how much of the question the kept chunks cover together (an object
+            with `coverage(query, [(text, title), ...])`, as `LexicalEvaluator`); None skips
+            the set judgment.
+        cover: the share of the question the kept chunks must cover together for Correct;
+            a comparison's part that the knowledge covers less than this gets its own hop.
         speculative_rewrite: start the query rewrite alongside grading (default) rather
             than after an Incorrect or Ambiguous verdict; wasted only on Correct runs.
         speculative_refine: let a refiner with `prepare` (the strip refiner) score the
             retrieved chunks' strips while they are graded (default), so refining after the
             verdict is a selection; wasted only on Incorrect runs.
-        fallback_rewriter, fallback_synthesizer: stand in when the rewriter or synthesizer
-            fails (an LLM that is down), so the run still answers; the result's
-            `degraded` list says so. Default: the offline keyword rewriter and extractive
-            synthesizer.
+        fallback_rewriter, fallback_synthesizer, fallback_decomposer: stand in when the
+            rewriter, synthesizer or decomposer fails (an LLM that is down), so the run still
+            answers; the result's `degraded` list says so. Default: the offline keyword
+            rewriter, extractive synthesizer and rule decomposer.
         **kwargs: passed to `Workflow` (e.g. `timeout`, 300 s unless given).
     """
 
@@ -128,10 +147,14 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         postprocessors: Sequence[Postprocessor] = (),
         upper: float = _DEFAULT_GRADES.upper,
         lower: float = _DEFAULT_GRADES.lower,
+        decomposer: Decomposer | None = None,
+        judge: Any = None,
+        cover: float = _DEFAULT_GRADES.cover,
         speculative_rewrite: bool = True,
         speculative_refine: bool = True,
         fallback_rewriter: QueryRewriter | None = None,
         fallback_synthesizer: Synthesizer | None = None,
+        fallback_decomposer: Decomposer | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -146,10 +169,14 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         self.postprocessors = list(postprocessors)
         self.upper = upper
         self.lower = lower
+        self.decomposer = decomposer
+        self.judge = judge
+        self.cover = cover
         self.speculative_rewrite = speculative_rewrite
         self.speculative_refine = speculative_refine
         self.fallback_rewriter = fallback_rewriter or KeywordRewriter()
         self.fallback_synthesizer = fallback_synthesizer or ExtractiveSynthesizer()
+        self.fallback_decomposer = fallback_decomposer or RuleDecomposer()
 
     @step
     async def retrieve(
@@ -184,8 +211,11 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             if prepare is not None:
                 _in_background(prepare(ev.query, ev.chunks))
             grades = await self.grader.grade(ev.query, ev.chunks)
-            verdict = decide_verdict(grades, self.upper, self.lower)
+            kept = [c for c, g in zip(ev.chunks, grades) if g.score >= self.lower]
+            coverage = await self._coverage(ev.query, kept) if self.judge is not None else None
+            verdict = decide_verdict(grades, self.upper, self.lower, coverage=coverage, cover=self.cover)
             await ctx.store.set("grades", list(grades))
+            await ctx.store.set("coverage", coverage)
             await ctx.store.set("verdict", verdict)
             record.details["titles"] = {  # for the run's explanation: which chunk each grade is
                 c.node.node_id: title for c in ev.chunks if (title := context_of(c.node.metadata))
@@ -193,7 +223,6 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             fallbacks = [g for g in grades if g.note]
             if fallbacks:
                 record.degraded = f"{len(fallbacks)} of {len(grades)} grades by a fallback ({fallbacks[0].note})"
-            kept = [c for c, g in zip(ev.chunks, grades) if g.score >= self.lower]
             if verdict is Verdict.CORRECT:
                 return record.emit(RefineInternalEvent(query=ev.query, chunks=kept))
             if verdict is Verdict.AMBIGUOUS:
@@ -253,16 +282,86 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             return record.emit(WebKnowledgeEvent(strips=strips))
 
     @step
-    async def synthesize(
+    async def hop(
         self, ctx: Context[RunState], ev: InternalKnowledgeEvent | WebKnowledgeEvent
-    ) -> StopEvent | None:
-        """Wait for the knowledge the verdict promised, then write the cited answer."""
+    ) -> KnowledgeEvent | None:
+        """Wait for the knowledge the verdict promised; follow the question's further hops."""
         state = await ctx.store.get_state()
         ready = ctx.collect_events(ev, _AWAITED[state.verdict])
         if ready is None:
             return None
         strips = [s for knowledge in ready for s in knowledge.strips]
+        if self.decomposer is None:
+            return KnowledgeEvent(strips=strips)
+        async with recording(ctx, "hop", ev) as record:
+            questions = await self._further_hops(state, strips, record)
+            found = await asyncio.gather(*(self._one_hop(q, n, record) for n, q in enumerate(questions, 1)))
+            # A hop adds what the first pass did not have: strips of documents it had add nothing.
+            had = {s.doc_id or s.source_id for s in strips}
+            new = [s for hop in found for s in hop if (s.doc_id or s.source_id) not in had]
+            return record.emit(KnowledgeEvent(strips=strips + new))
+
+    async def _further_hops(self, state: RunState, strips: list[Strip], record: Any) -> list[str]:
+        """A comparison's parts that the knowledge does not cover; else, when the first pass
+        was not judged Correct, the bridge's next question; else none (a simple question)."""
+        assert self.decomposer is not None
+        try:
+            return await self._plan(self.decomposer, state, strips, record)
+        except Exception as exc:  # noqa: BLE001 - any decomposer failure has the same remedy
+            record.degraded = f"decomposer failed ({describe(exc)}); used the rules"
+            return await self._plan(self.fallback_decomposer, state, strips, record)
+
+    async def _plan(self, decomposer: Decomposer, state: RunState, strips: list[Strip], record: Any) -> list[str]:
+        parts = await decomposer.split(state.query)
+        if parts:
+            covered = [await self._coverage(p, strips) for p in parts]
+            record.details["parts"] = list(zip(parts, covered))
+            return [p for p, c in zip(parts, covered) if c < self.cover]
+        if state.verdict is Verdict.CORRECT:
+            return []
+        return await decomposer.follow_up(state.query, strips)
+
+    async def _one_hop(self, question: str, number: int, record: Any) -> list[Strip]:
+        """One sub-question retrieved and graded as the question was; searched on the web
+        when no chunk reaches the upper threshold. Its strips are marked with its number."""
+        about = names_a_subject(question)
+        chunks = await self.retriever.retrieve(question)
+        chunks = await apply_postprocessors(self.postprocessors, question, chunks)
+        chunks = [c for c in chunks if about(context_of(c.node.metadata))]
+        grades = await self.grader.grade(question, chunks)
+        verdict = decide_verdict(grades, self.upper, self.lower)
+        kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
+        strips = await self.refiner.refine(question, kept) if verdict is not Verdict.INCORRECT else []
+        searched = verdict is not Verdict.CORRECT and getattr(self.searcher, "configured", True) is not False
+        if searched:
+            record.search_calls += 1
+            try:
+                results = await self.searcher.search(question)
+                strips += await self.refiner.refine(question, [r for r in results if about(context_of(r.node.metadata))])
+            except Exception as exc:  # noqa: BLE001 - a search outage costs this hop only
+                record.degraded = f"web search for a hop failed ({describe(exc)})"
+        record.details.setdefault("hops", []).append(
+            {"question": question, "verdict": verdict.value, "searched": searched, "strips": len(strips)}
+        )
+        return [s.model_copy(update={"hop": number}) for s in strips]
+
+    async def _coverage(self, query: str, found: Sequence[NodeWithScore] | Sequence[Strip]) -> float:
+        """How much of `query` the chunks or strips cover together (`judge`; 1.0 without one)."""
+        if self.judge is None:
+            return 1.0
+        pairs = [
+            (f.node.get_content(), context_of(f.node.metadata)) if isinstance(f, NodeWithScore) else (f.text, f.title)
+            for f in found
+        ]
+        return await off_loop(self.judge.coverage, query, pairs)
+
+    @step
+    async def synthesize(self, ctx: Context[RunState], ev: KnowledgeEvent) -> StopEvent:
+        """Write the cited answer from every strip the hops kept."""
+        state = await ctx.store.get_state()
+        strips = ev.strips
         async with recording(ctx, "synthesize", ev) as record:
+
             try:
                 answer, sources = await self.synthesizer.synthesize(state.query, strips)
                 if not answer.strip():
@@ -276,6 +375,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         rewritten = state.rewritten_query if state.verdict is not Verdict.CORRECT else None
         trace.explanation = explain(
             verdict=state.verdict, grades=state.grades, upper=self.upper, lower=self.lower,
+            coverage=state.coverage, cover=self.cover,
             rewritten_query=rewritten, web=getattr(self.searcher, "configured", True) is not False,
             records=trace.steps, kept=strips, answer=answer, sources=sources, degraded=trace.degraded,
         )

@@ -31,6 +31,8 @@ def explain(
     grades: Sequence[Grade],
     upper: float,
     lower: float,
+    coverage: float | None = None,
+    cover: float = 0.0,
     rewritten_query: str | None,
     web: bool,
     records: Iterable[StepRecord],
@@ -43,12 +45,14 @@ def explain(
     records = list(records)
     titles: dict[str, str] = {}
     dropped: list[Strip] = []
+    hops: list[dict] = []
     for r in records:  # taken off the records: the explanation holds them from now on
         details, r.details = r.details, {}
         titles.update(details.get("titles", {}))
         dropped.extend(details.get("dropped", ()))
+        hops.extend(details.get("hops", ()))
     dropped.sort(key=lambda s: -s.score)
-    rule = explain_verdict(grades, upper, lower)
+    rule = explain_verdict(grades, upper, lower, coverage=coverage, cover=cover)
     if verdict is not Verdict.CORRECT:
         searched = f"searched the web for “{rewritten_query}”" if rewritten_query else "searched the web"
         if not web:
@@ -59,6 +63,12 @@ def explain(
             rule += f" So crag kept those chunks and also {searched}."
     if not web and verdict is Verdict.AMBIGUOUS:
         rule += " The answer comes only from the chunks that passed the lower threshold."
+    for hop in hops:
+        where = "the documents" if hop["verdict"] == "correct" else (
+            "the web" if hop["verdict"] == "incorrect" and hop["searched"] else
+            "the documents and the web" if hop["searched"] else "the documents")
+        rule += (f" The question needed another hop: crag also asked “{hop['question']}” "
+                 f"(grades {hop['verdict']}; {hop['strips']} strips from {where}).")
     return Explanation(
         verdict=verdict.value,
         rule=rule,

@@ -10,6 +10,7 @@ from crag.errors import ConfigError
 from crag.index import ChunkIndex
 from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, WebSearch
 from crag.models import LLMFactory, WordLlamaEmbedding
+from crag.steps.decomposition import LLMDecomposer, RuleDecomposer
 from crag.steps.grading import LexicalEvaluator, LLMGrader
 from crag.steps.postprocessing import check_index, postprocessors_for, retrieval_depth
 from crag.steps.refining import StripRefiner
@@ -66,6 +67,8 @@ def build_workflow(
         if pick(settings.synthesizer.kind)
         else ExtractiveSynthesizer(max_sentences=settings.synthesizer.max_sentences)
     )
+    kind = settings.decomposer.kind
+    decomposer = LLMDecomposer(llms.llm) if pick(kind) else None if kind == "none" else RuleDecomposer()
     defaults = dict(
         retriever=_summary_retriever(settings, index, embed_model, llms, components)
         if settings.retriever.kind == "summary"
@@ -81,6 +84,7 @@ def build_workflow(
             evaluator, max_strips=settings.refiner.max_strips, min_score=settings.refiner.min_score
         ),
         rewriter=rewriter,
+        decomposer=decomposer,
         web_search=_web_search(settings),
         synthesizer=synthesizer,
         postprocessors=_postprocessors(settings, index, embed_model, llms, evaluator, components),
@@ -93,6 +97,9 @@ def build_workflow(
         **defaults,
         upper=settings.grader.upper,
         lower=settings.grader.lower,
+        # The set judgment is lexical: it checks lexical grades, and would overrule another grader's.
+        judge=evaluator if defaults["grader"] is evaluator else None,
+        cover=settings.grader.cover,
         speculative_rewrite=settings.rewriter.speculative,
         speculative_refine=settings.refiner.speculative,
         timeout=settings.run.timeout,
@@ -112,7 +119,7 @@ def warm_up_workflow(workflow: object, index: ChunkIndex | None = None) -> None:
 
 # The attributes under which crag's workflows (corrective and plain) keep their components.
 COMPONENTS = (
-    "retriever", "postprocessors", "grader", "refiner", "reader", "rewriter", "searcher",
+    "retriever", "postprocessors", "grader", "refiner", "reader", "decomposer", "rewriter", "searcher",
     "synthesizer", "fallback_rewriter", "fallback_synthesizer",
 )
 
