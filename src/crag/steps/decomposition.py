@@ -19,7 +19,7 @@ from llama_index.core.llms import LLM, ChatMessage
 from crag.errors import DecomposeParseError
 from crag.events import Strip
 from crag.prompts import FOLLOW_UP_PROMPT, SPLIT_PROMPT
-from crag.text import STOPWORDS, terms, words
+from crag.text import STOPWORDS, TermStats, terms, words
 
 # A name: capitalised words (or a quoted title), joined by the short lower-case words
 # names contain ("Battle of the Bulge", "First for Women", "Arcade Fire").
@@ -59,14 +59,16 @@ def names_in(text: str) -> list[str]:
     return found
 
 
-def names_a_subject(question: str) -> Callable[[str | None], bool]:
-    """A test of a document's title: does it name one of the things `question` names?
+def names_a_subject(question: str, *, besides: Sequence[str] = ()) -> Callable[[str | None], bool]:
+    """A test of a document's title: does it name one of the things `question` names (and
+    the `besides` questions do not: a comparison's part is about its own thing)?
 
     A hop asks about a named thing, and the passage about that thing is titled with its
     name ("Michael Jackson (writer)" for "Michael Jackson"); a passage that merely mentions
     the name is what the first hop already had. A question naming nothing accepts any title.
     """
-    wanted = [n for n in (frozenset(terms(name)) for name in names_in(question)) if n]
+    shared = {n for other in besides if other != question for n in names_in(other)}
+    wanted = [n for n in (frozenset(terms(name)) for name in names_in(question) if name not in shared) if n]
     if not wanted:
         return lambda title: True
     return lambda title: bool(title) and any(n <= set(terms(title)) for n in wanted)
@@ -77,15 +79,29 @@ class RuleDecomposer:
     from the names the first hop's best strips bring that the question does not have.
 
     Args:
-        names: follow-up questions at most, one per new name (the strongest first).
+        stats: the corpus's term statistics; a name made only of common words ("American",
+            "January": each in more than `common` of the documents, and in more than five)
+            is then no thing to hop to. None keeps every name.
+        names: follow-up questions at most, one per new name (in the order found).
         strips: best strips of the first hop that are read for names.
+        common: a word in more than this share of the corpus's documents is common.
     """
 
     name = "rules"
 
-    def __init__(self, *, names: int = 2, strips: int = 2) -> None:
+    def __init__(
+        self, stats: TermStats | None = None, *, names: int = 2, strips: int = 2, common: float = 0.01
+    ) -> None:
+        self.stats = stats
         self.names = names
         self.strips = strips
+        self.common = common
+
+    def _rare(self, name: str) -> bool:
+        if self.stats is None or not self.stats.num_docs:
+            return True
+        limit = max(5.0, self.common * self.stats.num_docs)
+        return any(self.stats.doc_freq.get(t, 0) <= limit for t in terms(name))
 
     async def split(self, query: str) -> list[str]:
         return split_comparison(query)
@@ -93,7 +109,7 @@ class RuleDecomposer:
     async def follow_up(self, query: str, found: Sequence[Strip]) -> list[str]:
         if not describes_a_thing(query):  # a question that names what it asks about needs no bridge
             return []
-        return bridge_questions(query, found, names=self.names, strips=self.strips)
+        return bridge_questions(query, found, names=self.names, strips=self.strips, keep=self._rare)
 
 
 def describes_a_thing(query: str) -> bool:
@@ -117,7 +133,10 @@ def split_comparison(query: str) -> list[str]:
     return []
 
 
-def bridge_questions(query: str, found: Sequence[Strip], *, names: int = 2, strips: int = 2) -> list[str]:
+def bridge_questions(
+    query: str, found: Sequence[Strip], *, names: int = 2, strips: int = 2,
+    keep: Callable[[str], bool] = lambda name: True,
+) -> list[str]:
     """The second hop of a bridge question: one query per name that the first hop's best
     strips bring and the question lacks, with the question's words those strips did not
     cover (usually what is asked of the bridge: "born", "founded", "city"). [] when the best
@@ -139,7 +158,7 @@ def bridge_questions(query: str, found: Sequence[Strip], *, names: int = 2, stri
         for name in names_in(strip.text):
             if " " not in name and strip.text.startswith(name):
                 continue  # capitalised as the sentence's first word ("Predictably"), not as a name
-            if set(terms(name)) - asked and name.casefold() not in query.casefold():
+            if set(terms(name)) - asked and name.casefold() not in query.casefold() and keep(name):
                 new.setdefault(name, None)
     seen = {t for s in best for t in terms(f"{s.title or ''} {s.text}")}
     left = " ".join(dict.fromkeys(w for w in words(query) if w not in STOPWORDS and set(terms(w)) - seen))

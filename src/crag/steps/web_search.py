@@ -71,7 +71,8 @@ class LocalCorpusSearch:
             )
             for d in docs
         ]
-        return nodes, BM25([n.text for n in nodes])
+        # A page's title is searched with its text, as a web search engine matches titles.
+        return nodes, BM25([f"{n.metadata['title'] or ''}\n{n.text}" for n in nodes])
 
 
 class TavilySearch:

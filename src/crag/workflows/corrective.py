@@ -294,16 +294,26 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         if self.decomposer is None:
             return KnowledgeEvent(strips=strips)
         async with recording(ctx, "hop", ev) as record:
-            questions = await self._further_hops(state, strips, record)
-            found = await asyncio.gather(*(self._one_hop(q, n, record) for n, q in enumerate(questions, 1)))
+            questions, parts = await self._further_hops(state, strips, record)
+            if parts:  # a comparison: each part's best strip gets a place in the answer
+                tests = [names_a_subject(p, besides=parts) for p in parts]
+                strips = [s.model_copy(update={"hop": next((n for n, about in enumerate(tests, 1) if about(s.title)), 0)})
+                          for s in strips]
+            found = await asyncio.gather(*(self._one_hop(q, n, record) for n, q in questions))
             # A hop adds what the first pass did not have: strips of documents it had add nothing.
             had = {s.doc_id or s.source_id for s in strips}
             new = [s for hop in found for s in hop if (s.doc_id or s.source_id) not in had]
             return record.emit(KnowledgeEvent(strips=strips + new))
 
-    async def _further_hops(self, state: RunState, strips: list[Strip], record: Any) -> list[str]:
-        """A comparison's parts that the knowledge does not cover; else, when the first pass
-        was not judged Correct, the bridge's next question; else none (a simple question)."""
+    async def _further_hops(
+        self, state: RunState, strips: list[Strip], record: Any
+    ) -> tuple[list[tuple[int, str]], list[str]]:
+        """The hops to take, numbered, and a comparison's parts ([] for other questions).
+
+        A comparison's part needs a hop when no strip is about its own thing; a question
+        describing a thing (a bridge) takes the next hop unless the first pass was judged
+        Correct; a simple question takes none.
+        """
         assert self.decomposer is not None
         try:
             return await self._plan(self.decomposer, state, strips, record)
@@ -311,15 +321,16 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             record.degraded = f"decomposer failed ({describe(exc)}); used the rules"
             return await self._plan(self.fallback_decomposer, state, strips, record)
 
-    async def _plan(self, decomposer: Decomposer, state: RunState, strips: list[Strip], record: Any) -> list[str]:
+    async def _plan(
+        self, decomposer: Decomposer, state: RunState, strips: list[Strip], record: Any
+    ) -> tuple[list[tuple[int, str]], list[str]]:
         parts = await decomposer.split(state.query)
         if parts:
-            covered = [await self._coverage(p, strips) for p in parts]
-            record.details["parts"] = list(zip(parts, covered))
-            return [p for p, c in zip(parts, covered) if c < self.cover]
+            return [(n, p) for n, p in enumerate(parts, 1)
+                    if not any(names_a_subject(p, besides=parts)(s.title) for s in strips)], parts
         if state.verdict is Verdict.CORRECT:
-            return []
-        return await decomposer.follow_up(state.query, strips)
+            return [], []
+        return list(enumerate(await decomposer.follow_up(state.query, strips), 1)), []
 
     async def _one_hop(self, question: str, number: int, record: Any) -> list[Strip]:
         """One sub-question retrieved and graded as the question was; searched on the web

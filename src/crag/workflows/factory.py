@@ -68,7 +68,7 @@ def build_workflow(
         else ExtractiveSynthesizer(max_sentences=settings.synthesizer.max_sentences)
     )
     kind = settings.decomposer.kind
-    decomposer = LLMDecomposer(llms.llm) if pick(kind) else None if kind == "none" else RuleDecomposer()
+    decomposer = LLMDecomposer(llms.llm) if pick(kind) else None if kind == "none" else RuleDecomposer(index.term_stats)
     defaults = dict(
         retriever=_summary_retriever(settings, index, embed_model, llms, components)
         if settings.retriever.kind == "summary"

@@ -1,0 +1,171 @@
+"""Multi-hop questions: decomposers find the hops, the workflow follows them.
+
+The workflow tests use a tiny corpus of two linked passages: a bridge question about the
+first names a thing only the second one describes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from loopback import LoopbackServer, openai_chat
+
+import crag
+from crag.events import Strip
+from crag.steps.decomposition import (
+    LLMDecomposer,
+    RuleDecomposer,
+    describes_a_thing,
+    names_a_subject,
+    parse_parts,
+    split_comparison,
+)
+
+SAUNDERS = {
+    "doc_id": "saunders", "title": "Lucy Saunders",
+    "text": "Lucy Saunders is an American writer of cookbooks about beer. She contributed essays to "
+    "\"Beer Hunter, Whisky Chaser\" in honor of Michael Jackson (writer), a British author.",
+}
+JACKSON = {
+    "doc_id": "jackson", "title": "Michael Jackson (writer)",
+    "text": "Michael James Jackson was an English writer and journalist. He was the author of many "
+    "influential books about beer and whisky.",
+}
+FILLER = [
+    {"doc_id": f"filler-{i}", "title": title, "text": text}
+    for i, (title, text) in enumerate([
+        ("Harbour", "The harbour of the old town holds fishing boats and a lighthouse."),
+        ("Orchard", "Apple orchards cover the hills south of the river."),
+        ("Railway", "The railway reached the valley in 1871 and closed in 1962."),
+    ])
+]
+BRIDGE = ("What did the writer write many books about, in whose honor Lucy Saunders contributed essays "
+          "to \"Beer Hunter, Whisky Chaser\"?")
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The index holds the second hop's passage, the web the first's (and fillers both)."""
+    root = tmp_path_factory.mktemp("hops")
+    crag.ingest([write_jsonl(root / "docs.jsonl", [JACKSON, *FILLER])], root / "index")
+    write_jsonl(root / "web.jsonl", [SAUNDERS, *FILLER])
+    return root
+
+
+def offline(corpus: Path, **sections) -> crag.Settings:
+    return crag.Settings.load(env={}, index={"path": corpus / "index"},
+                              web_search={"corpus": corpus / "web.jsonl"}, **sections)
+
+
+def strip(text: str, score: float = 0.5, title: str | None = None) -> Strip:
+    return Strip(text=text, source_id=text[:10], kind="web", score=score, title=title)
+
+
+# --- the rules ---------------------------------------------------------------------------
+
+
+def test_a_comparison_of_two_names_splits_into_one_question_per_name() -> None:
+    assert split_comparison("Who was born earlier, Thomas Wolfe or Margaret Wilson?") == [
+        "Who was born earlier, Thomas Wolfe?", "Who was born earlier, Margaret Wilson?"]
+    assert split_comparison("Are Joe Elliott and Paul Meany both keyboardists?") == [
+        "Are Joe Elliott both keyboardists?", "Are Paul Meany both keyboardists?"]
+    assert split_comparison("Did the Battle of Pusan Perimeter or the Battle of Peleliu happen first?") == [
+        "Did the Battle of Pusan Perimeter happen first?", "Did the Battle of Peleliu happen first?"]
+
+
+def test_a_question_that_names_one_thing_does_not_split() -> None:
+    assert split_comparison("How long does the Zephyr battery last?") == []
+    assert split_comparison("Who invented the lithium-ion battery?") == []
+
+
+def test_a_question_describing_its_subject_is_a_bridge_and_one_naming_it_is_not() -> None:
+    assert describes_a_thing("In what year was the journalist who hosted \"The Real Story\" born?")
+    assert describes_a_thing("When was the low-brow art magazine of which George Petros was an editor founded?")
+    assert not describes_a_thing("Who invented the lithium-ion battery?")
+    assert not describes_a_thing("What is Ada Lovelace known for?")
+
+
+async def test_the_bridge_asks_about_the_new_name_with_what_the_question_left_uncovered() -> None:
+    found = [strip("The Real Story is a program hosted by journalist Gretchen Carlson.", 0.6, "The Real Story")]
+    questions = await RuleDecomposer().follow_up(
+        "In what year was the journalist who hosted \"The Real Story\" born?", found)
+    assert questions == ["Gretchen Carlson year born"]
+
+
+async def test_no_new_name_means_no_bridge() -> None:
+    found = [strip("The Real Story is a program on a news channel.", 0.6, "The Real Story")]
+    assert await RuleDecomposer().follow_up(
+        "In what year was the journalist who hosted \"The Real Story\" born?", found) == []
+
+
+def test_a_hop_keeps_only_documents_titled_with_the_thing_it_names() -> None:
+    about = names_a_subject("Michael Jackson books")
+    assert about("Michael Jackson (writer)") and not about("Lucy Saunders") and not about(None)
+    assert names_a_subject("what year born")("Anything")  # a question naming nothing keeps all
+
+
+# --- the model -------------------------------------------------------------------------------
+
+
+def test_parse_parts_reads_a_json_list_and_rejects_anything_else() -> None:
+    assert parse_parts('```json\n["When was X founded?", "When was Y founded?"]\n```') == [
+        "When was X founded?", "When was Y founded?"]
+    assert parse_parts("[]") == []
+    for reply in ("X and Y", '{"parts": []}', "[1, 2]"):
+        with pytest.raises(crag.DecomposeParseError):
+            parse_parts(reply)
+
+
+async def test_the_model_decomposer_asks_only_about_flagged_questions() -> None:
+    with LoopbackServer(openai_chat(lambda p: '["When did X start?", "When did Y start?"]')) as server:
+        settings = crag.Settings.load(env={"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": "sk-test"})
+        from crag.models import LLMFactory
+
+        decomposer = LLMDecomposer(LLMFactory(settings.llm).llm)
+        assert await decomposer.split("Who invented the lithium-ion battery?") == []
+        assert not server.requests  # a simple question costs no call
+        parts = await decomposer.split("Which magazine started first, Arthur's Magazine or First for Women?")
+    assert parts == ["When did X start?", "When did Y start?"] and len(server.requests) == 1
+
+
+# --- the workflow ----------------------------------------------------------------------------
+
+
+async def test_a_bridge_question_takes_a_second_hop_and_the_answer_cites_both_passages(corpus: Path) -> None:
+    result = await crag.build_workflow(offline(corpus)).run(query=BRIDGE)
+    assert "books about beer and whisky" in result.answer
+    assert {s.doc_id for s in result.sources} >= {"saunders", "jackson"}
+    assert "hop" in result.steps and "crag also asked “Michael Jackson" in result.trace.explanation.rule
+
+
+async def test_without_a_decomposer_the_same_question_misses_the_second_hop(corpus: Path) -> None:
+    result = await crag.build_workflow(offline(corpus, decomposer={"kind": "none"})).run(query=BRIDGE)
+    assert "hop" not in result.steps and "books about beer and whisky" not in result.answer
+
+
+async def test_a_simple_question_judged_correct_passes_through_without_a_search(corpus: Path) -> None:
+    result = await crag.build_workflow(offline(corpus)).run(query="When did the railway reach the valley?")
+    hop = next(r for r in result.trace.steps if r.name == "hop")
+    assert result.verdict is crag.Verdict.CORRECT
+    assert hop.search_calls == 0 and result.trace.search_calls == 0
+    assert "another hop" not in result.trace.explanation.rule
+
+
+async def test_a_model_decomposer_with_a_malformed_reply_falls_back_to_the_rules(corpus: Path) -> None:
+    def reply(prompt: str) -> str:
+        if prompt.startswith("Does the question below compare"):
+            return "two questions, sorry"
+        return "9" if "Rate how relevant" in prompt else "An answer [1]."
+
+    with LoopbackServer(openai_chat(reply)) as server:
+        settings = offline(corpus, llm={"base_url": server.url + "/v1", "api_key": "sk-test"})
+        result = await crag.build_workflow(settings).run(
+            query="Which came first, the Harbour or the Railway?")
+    assert any("decomposer failed" in d and "used the rules" in d for d in result.degraded)
