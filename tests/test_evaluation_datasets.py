@@ -15,6 +15,7 @@ from crag.evaluation.datasets import (
     drop_gold,
     load_corpus,
     load_questions,
+    union_corpus,
     write_corpus,
 )
 from crag.evaluation.runner import build_index
@@ -39,11 +40,55 @@ def test_the_shared_format_is_read() -> None:
     check_gold_in_corpus(qs, passages)  # every gold passage is there
 
 
+def test_supporting_passages_are_read_and_always_led_by_the_gold_one(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    rows = [
+        {"id": "bridge", "doc_id": "a", "support_doc_ids": ["a", "b"]},
+        {"id": "gold-left-out", "doc_id": "a", "support_doc_ids": ["b", "c"]},
+        {"id": "single", "doc_id": "a"},
+    ]
+    path.write_text(
+        "".join(json.dumps({"question": "q?", "answers": ["x"], **r}) + "\n" for r in rows)
+    )
+    bridge, left_out, single = load_questions(path)
+    assert bridge.support_doc_ids == ("a", "b") and bridge.multi_hop
+    assert left_out.support_doc_ids == ("a", "b", "c")
+    assert single.support_doc_ids == ("a",) and not single.multi_hop
+    assert Question("q", "?", ("x",), "d", ("e", "d")).support_doc_ids == ("d", "e")
+
+
+def test_only_the_gold_passage_of_a_multi_hop_question_is_dropped() -> None:
+    qs = [Question("a", "?", ("x",), "gold", ("gold", "bridge"))]
+    assert drop_gold(qs, 1.0).doc_ids == {"gold"}
+
+
+def test_web_corpora_are_united_each_doc_id_once_the_first_file_winning(tmp_path: Path) -> None:
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text('{"doc_id": "a", "text": "first a"}\n{"doc_id": "b", "text": "first b"}\n')
+    second.write_text('{"doc_id": "b", "text": "second b"}\n{"doc_id": "c", "text": "second c"}\n')
+    union = union_corpus([first, second])
+    assert [(p.doc_id, p.text) for p in union] == [
+        ("a", "first a"),
+        ("b", "first b"),
+        ("c", "second c"),
+    ]
+    with pytest.raises(IngestError, match="does not exist"):
+        union_corpus([first, tmp_path / "missing.jsonl"])
+
+
 @pytest.mark.parametrize(
     "line, message",
     [
         ('{"id": "a", "question": "q?", "answers": ["x"]}', "needs doc_id"),
         ('{"id": "a", "question": "q?", "answers": "x", "doc_id": "d"}', "list of strings"),
+        (
+            '{"id": "a", "question": "q?", "answers": ["x"], "doc_id": "d", "support_doc_ids": "d"}',
+            "'support_doc_ids' must be a list of strings",
+        ),
+        (
+            '{"id": "a", "question": "q?", "answers": ["x"], "doc_id": "d", "support_doc_ids": [1]}',
+            "'support_doc_ids' must be a list of strings",
+        ),
         ("not json", "not valid JSON"),
         ("[1, 2]", "expected a JSON object"),
     ],

@@ -5,13 +5,24 @@ from __future__ import annotations
 import pytest
 
 from crag.evaluation.metrics import (
+    answer_sentences,
+    best_sentence_f1,
     binary_report,
     contains_answer,
+    first_sentence_contains_answer,
     normalize_answer,
     percentile,
     rate,
     roc_auc,
+    token_f1,
     verdict_agreement,
+)
+
+# The shape of an extractive answer: three cited sentences, the markers between them.
+CITED = (
+    "Lucy Saunders (born 1957) is an American writer. [1] "
+    "She wrote about beer and food. [1] "
+    "The British author Michael Jackson wrote about whisky. [2]"
 )
 
 
@@ -39,6 +50,51 @@ def test_an_answer_matches_when_a_gold_string_occurs_on_word_boundaries() -> Non
     assert not contains_answer(answer, ["127"])  # nor a prefix of a number
     assert not contains_answer(answer, ["Zhenjin Khan"])
     assert not contains_answer(answer, ["the", ""])  # golds that normalise to nothing never match
+
+
+def test_citation_markers_are_not_part_of_any_sentence() -> None:
+    assert answer_sentences(CITED) == [
+        "Lucy Saunders (born 1957) is an American writer.",
+        "She wrote about beer and food.",
+        "The British author Michael Jackson wrote about whisky.",
+    ]
+    assert answer_sentences("In 1273 [1, 2]. Then more [3-4].") == ["In 1273 .", "Then more ."]
+    assert answer_sentences("[1] [2]") == [] and answer_sentences("") == []
+    assert answer_sentences("See list [a] here.") == ["See list [a] here."]  # not a marker
+
+
+def test_only_the_first_sentence_counts_for_the_first_sentence_score() -> None:
+    assert first_sentence_contains_answer(CITED, ["1957"])
+    assert contains_answer(CITED, ["Michael Jackson"])  # the headline score counts it
+    assert not first_sentence_contains_answer(CITED, ["Michael Jackson"])  # this one does not
+    assert not first_sentence_contains_answer("[1]", ["1"])  # a marker is no sentence
+    assert not first_sentence_contains_answer("", ["anything"])
+
+
+@pytest.mark.parametrize(
+    "prediction, gold, f1",
+    [
+        ("Michael Jackson", "michael jackson", 1.0),  # normalised first
+        ("the writer Michael Jackson", "Michael Jackson", 2 * (2 / 3) * 1 / (2 / 3 + 1)),
+        ("Jackson", "Michael Jackson", 2 * 1 * 0.5 / 1.5),  # precision 1, recall 1/2
+        ("Paris", "London", 0.0),
+        ("New York New York", "New York", 2 * 0.5 * 1 / 1.5),  # bags: 'new' counts twice at most
+        ("the", "a", 1.0),  # both empty once normalised, as SQuAD scores them
+        ("the", "Paris", 0.0),
+    ],
+)
+def test_token_f1_is_squads(prediction: str, gold: str, f1: float) -> None:
+    assert token_f1(prediction, gold) == pytest.approx(f1)
+
+
+def test_best_sentence_f1_takes_the_best_sentence_and_the_best_gold() -> None:
+    answer = "He was born in Paris. [1] Jackson. [2]"
+    # "Jackson." against "Michael Jackson": precision 1, recall 1/2
+    assert best_sentence_f1(answer, ["Michael Jackson"]) == pytest.approx(2 / 3)
+    assert best_sentence_f1(answer, ["Michael Jackson", "Jackson"]) == pytest.approx(1.0)
+    # "He was born in Paris." against "Paris": 1 of 5 tokens
+    assert best_sentence_f1(answer, ["Paris"]) == pytest.approx(2 * 0.2 * 1 / 1.2)
+    assert best_sentence_f1(answer, []) == 0.0 and best_sentence_f1("", ["Paris"]) == 0.0
 
 
 def test_roc_auc_counts_pairs_and_ties_half() -> None:

@@ -2,7 +2,8 @@
 
 The format is that of the shared QA files: questions are JSON Lines with `id`,
 `question`, `answers` (every gold string) and `doc_id` (the gold passage); passages are
-JSON Lines with `doc_id`, `title` and `text`, the format `crag ingest` reads.
+JSON Lines with `doc_id`, `title` and `text`, the format `crag ingest` reads. A multi-hop
+question may also list `support_doc_ids`, every passage its answer draws on.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from crag.errors import ConfigError, IngestError
@@ -18,12 +19,27 @@ from crag.errors import ConfigError, IngestError
 
 @dataclass(frozen=True)
 class Question:
-    """One labelled question: its gold answers and the passage that answers it."""
+    """One labelled question: its gold answers and the passage that answers it.
+
+    `support_doc_ids` are every passage the answer draws on (two for a multi-hop
+    question), always led by `doc_id`, the gold passage that `--drop-gold` removes.
+    """
 
     id: str
     question: str
     answers: tuple[str, ...]
     doc_id: str
+    support_doc_ids: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        # The gold passage supports its question even when the file leaves it out.
+        support = tuple(dict.fromkeys((self.doc_id, *self.support_doc_ids)))
+        object.__setattr__(self, "support_doc_ids", support)
+
+    @property
+    def multi_hop(self) -> bool:
+        """True when passages beside the gold one support the answer."""
+        return self.support_doc_ids != (self.doc_id,)
 
 
 @dataclass(frozen=True)
@@ -60,7 +76,8 @@ def _records(path: Path) -> Iterable[tuple[int, dict]]:
 
 
 def load_questions(path: str | Path) -> list[Question]:
-    """Read a question file; every line needs `id`, `question`, `answers` and `doc_id`.
+    """Read a question file; every line needs `id`, `question`, `answers` and `doc_id`,
+    and may have `support_doc_ids` (a list of doc ids).
 
     Raises:
         IngestError: the file is missing, unreadable, empty, or a line lacks a field.
@@ -75,12 +92,21 @@ def load_questions(path: str | Path) -> list[Question]:
         answers = record["answers"]
         if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
             raise IngestError(f"{path}:{number}: 'answers' must be a list of strings.")
+        support = record.get("support_doc_ids", [])
+        if not isinstance(support, list) or not all(isinstance(d, str) for d in support):
+            raise IngestError(f"{path}:{number}: 'support_doc_ids' must be a list of strings.")
         qid = str(record["id"])
         if qid in seen:
             raise IngestError(f"{path}:{number}: question id {qid!r} appears twice.")
         seen.add(qid)
         questions.append(
-            Question(qid, str(record["question"]), tuple(answers), str(record["doc_id"]))
+            Question(
+                qid,
+                str(record["question"]),
+                tuple(answers),
+                str(record["doc_id"]),
+                tuple(support),
+            )
         )
     if not questions:
         raise IngestError(f"{path} holds no questions.")
@@ -107,6 +133,19 @@ def load_corpus(path: str | Path) -> list[Passage]:
     if not passages:
         raise IngestError(f"{path} holds no passages.")
     return passages
+
+
+def union_corpus(paths: Iterable[str | Path]) -> list[Passage]:
+    """The passages of several corpus files, each doc_id once: the first file that has it wins.
+
+    Raises:
+        IngestError: a file is missing, unreadable, empty, or a line lacks a field.
+    """
+    union: dict[str, Passage] = {}
+    for path in paths:
+        for passage in load_corpus(path):
+            union.setdefault(passage.doc_id, passage)
+    return list(union.values())
 
 
 def check_gold_in_corpus(questions: Sequence[Question], passages: Sequence[Passage]) -> None:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+# "[1]", "[2, 3]", "[1-2]": the synthesizers' citation markers, which name sources, not words.
+_CITATION = re.compile(r"\[\d+(?:\s*[,;–-]\s*\d+)*\]")
 
 
 def normalize_answer(text: str) -> str:
@@ -42,6 +45,56 @@ def contains_answer(text: str, answers: Iterable[str]) -> bool:
         if needle and f" {needle} " in haystack:
             return True
     return False
+
+
+def answer_sentences(answer: str) -> list[str]:
+    """The answer's sentences (`crag.text.sentences`), with citation markers taken out.
+
+    Markers go before the split: a marker between two sentences would otherwise open the
+    second one ("[1] Lucy Saunders ..."), and a sentence left with only markers is dropped.
+    """
+    from crag.text import sentences  # Punkt: loaded only when answers are scored
+
+    return [s for s in sentences(_CITATION.sub(" ", answer)) if normalize_answer(s)]
+
+
+def first_sentence_contains_answer(answer: str, answers: Iterable[str]) -> bool:
+    """True when the answer's first sentence holds a gold answer (as `contains_answer`).
+
+    Stricter than `contains_answer` on the whole answer: a long answer that mentions the
+    gold string somewhere among many sentences does not count.
+    """
+    first = answer_sentences(answer)[:1]
+    return bool(first) and contains_answer(first[0], answers)
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """SQuAD's token F1 of two strings, on `normalize_answer` tokens (bags, not sets).
+
+    When either side has no tokens, F1 is 1 if both have none and 0 otherwise, as in
+    SQuAD's evaluation script.
+    """
+    predicted, expected = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not predicted or not expected:
+        return float(predicted == expected)
+    same = sum((Counter(predicted) & Counter(expected)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(predicted), same / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def best_sentence_f1(answer: str, answers: Iterable[str]) -> float:
+    """Token F1 of the answer's best sentence against its best-matching gold answer.
+
+    Rewards a short, exact answer: a sentence of twenty words holding a two-word gold
+    answer scores about 0.18, the bare gold answer 1.0. An answer without sentences, or a
+    question without gold answers, scores 0.
+    """
+    golds = list(answers)
+    return max(
+        (token_f1(s, g) for s in answer_sentences(answer) for g in golds), default=0.0
+    )
 
 
 def roc_auc(labels: Sequence[bool], scores: Sequence[float]) -> float | None:
