@@ -10,6 +10,7 @@ from conftest import SHARED_DATA
 
 from crag import Settings
 from crag.app.cli import main
+from crag.evaluation.datasets import Passage, load_corpus, write_corpus
 from crag.evaluation.runner import EvalOptions, evaluate
 
 DATA = Path(__file__).parent / "data"
@@ -61,6 +62,7 @@ def test_a_ten_question_eval_compares_crag_with_plain_rag(
     evaluator = split(report, "crag", "all")["evaluator"]
     assert evaluator["is_gold"]["n"] == evaluator["has_answer"]["n"] > 0
     assert evaluator["is_gold"]["roc_auc"] > 0.9
+    assert evaluator["is_support"] is None  # one supporting passage a question: no third label
     assert (
         split(report, "crag", "all")["latency_p95"]
         >= split(report, "crag", "all")["latency_p50"]
@@ -82,6 +84,81 @@ def test_out_writes_json_markdown_outcomes_and_charts(
     pytest.importorskip("matplotlib")
     for chart in ("accuracy.png", "verdicts.png", "latency.png"):
         assert (out / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_stricter_answer_scores_are_reported_per_question_and_per_split(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    report = eval_json(capsys, "--drop-gold", "0.5", "--out", str(out))
+    outcomes = [json.loads(line) for line in (out / "outcomes.jsonl").read_text().splitlines()]
+    for system in ("rag", "crag"):
+        mine = [o for o in outcomes if o["system"] == system]
+        whole = split(report, system, "all")
+        assert whole["first_sentence_accuracy"] == pytest.approx(
+            sum(o["first_sentence_correct"] for o in mine) / len(mine)
+        )
+        assert whole["best_sentence_f1"] == pytest.approx(
+            sum(o["best_sentence_f1"] for o in mine) / len(mine)
+        )
+        # Stricter than the headline: the first sentence is part of the answer.
+        assert whole["first_sentence_accuracy"] <= whole["answer_accuracy"]
+        assert 0.0 < whole["best_sentence_f1"] < 1.0
+    assert all(o["correct"] for o in outcomes if o["first_sentence_correct"])
+    markdown = (out / "eval.md").read_text()
+    assert "## Stricter answer scores (%)" in markdown
+    assert "| crag | first sentence |" in markdown and "| crag | best-sentence F1 |" in markdown
+
+
+def multi_hop_questions(tmp_path: Path) -> Path:
+    """The ten questions, each also supported by the passage of the question after it."""
+    rows = [json.loads(line) for line in QUESTIONS.read_text().splitlines()]
+    for row, after in zip(rows, rows[1:] + rows[:1]):
+        row["support_doc_ids"] = [row["doc_id"], after["doc_id"]]
+    path = tmp_path / "multi_hop.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_multi_hop_questions_add_a_supporting_passage_label_to_the_evaluator(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    dataset = multi_hop_questions(tmp_path)
+    args = ["eval", "--dataset", str(dataset), "--corpus", str(CORPUS), "--drop-gold", "0.5"]
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for name in ("all", "gold-present", "gold-dropped"):
+        evaluator = split(report, "crag", name)["evaluator"]
+        # Every gold chunk supports its question; the second passage adds more.
+        assert evaluator["is_support"]["n"] == evaluator["is_gold"]["n"]
+        assert evaluator["is_support"]["positives"] > evaluator["is_gold"]["positives"]
+    # Only the gold passage leaves the index: what counts as dropped does not change.
+    assert report["gold_dropped_questions"] == 5
+    assert main(args) == 0
+    markdown = capsys.readouterr().out
+    for label in ("is the gold passage", "contains an answer", "is a supporting passage"):
+        assert f"| {label} |" in markdown
+
+
+def test_several_web_corpora_are_searched_as_one_web_the_first_copy_of_a_passage_winning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    passages = load_corpus(CORPUS)
+    (lighthouse,) = [p for p in passages if p.doc_id == "lighthouse"]
+    altered = Passage(lighthouse.doc_id, lighthouse.title, lighthouse.text.replace("1874", "1901"))
+    first, second = tmp_path / "web-a.jsonl", tmp_path / "web-b.jsonl"
+    write_corpus([altered], first)  # the first file's copy of "lighthouse" is searched
+    write_corpus(passages, second)  # every other gold passage is only here
+    out = tmp_path / "out"
+    web = ["--web-corpus", str(first), "--web-corpus", str(second)]
+    report = eval_json(capsys, "--drop-gold", "1.0", "--systems", "crag", *web, "--out", str(out))
+    assert report["web_corpora"] == [str(first), str(second)]
+    # With no gold passage in the index, every answer comes from the united web.
+    assert split(report, "crag", "all")["answer_accuracy"] >= 0.8
+    outcomes = [json.loads(line) for line in (out / "outcomes.jsonl").read_text().splitlines()]
+    (lit,) = [o for o in outcomes if o["question_id"] == "q01"]
+    assert "1901" in lit["answer"] and "1874" not in lit["answer"]
+    assert "web search: BM25 over web-a.jsonl + web-b.jsonl." in (out / "eval.md").read_text()
 
 
 def test_without_json_the_tables_are_printed(capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,7 +29,11 @@ def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: i
         "--corpus", type=Path, required=True, help="passages, JSON Lines: doc_id, title, text"
     )
     p.add_argument(
-        "--web-corpus", type=Path, help="searched as the web (default: the whole --corpus)"
+        "--web-corpus",
+        type=Path,
+        action="append",
+        help="searched as the web (default: the whole --corpus); repeat to search the union "
+        "of several (each doc_id once, the first file's copy kept)",
     )
     p.add_argument(
         "--drop-gold",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from crag.evaluation.metrics import BinaryReport
 from crag.evaluation.runner import Outcome
-from crag.evaluation.summary import SPLITS, EvalReport
+from crag.evaluation.summary import SPLITS, EvalReport, SystemSummary
 
 SPLIT_TITLES = {"all": "all", "gold-present": "gold present", "gold-dropped": "gold dropped"}
 
@@ -60,6 +60,8 @@ def markdown(report: EvalReport) -> str:
                 for s in report.systems
             ],
         ),
+        "",
+        *_stricter_scores(report, split_counts),
         "",
         "## Gold passage retrieved / reaching the synthesizer (%)",
         "",
@@ -152,6 +154,7 @@ def markdown(report: EvalReport) -> str:
             (
                 "Relevant chunks are few, so accuracy flatters: compare it with always answering "
                 '"irrelevant", and read balanced accuracy (0.5 for any constant answer) and ROC AUC.'
+                + (_SUPPORT_NOTE if any(_has_support_label(s) for s in graders) else "")
             ),
             "",
         ]
@@ -164,8 +167,10 @@ def markdown(report: EvalReport) -> str:
                 for label, rep in (
                     ("is the gold passage", ev.is_gold),
                     ("contains an answer", ev.has_answer),
+                    ("is a supporting passage", ev.is_support),
                 ):
-                    eval_rows.append([s.name, SPLIT_TITLES[x], label, *_binary_cells(rep)])
+                    if rep is not None:  # no support label on single-passage questions
+                        eval_rows.append([s.name, SPLIT_TITLES[x], label, *_binary_cells(rep)])
         lines += _table(
             [
                 "system",
@@ -207,13 +212,52 @@ def markdown(report: EvalReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+_SUPPORT_NOTE = (
+    ' "Is a supporting passage": from any passage the answer draws on (a multi-hop question '
+    "has several), the gold one included."
+)
+
+
+def _has_support_label(system: SystemSummary) -> bool:
+    evaluator = system.splits["all"].evaluator
+    return evaluator is not None and evaluator.is_support is not None
+
+
+def _stricter_scores(report: EvalReport, split_counts: dict[str, int]) -> list[str]:
+    """The section of answer scores stricter than the headline one, per system and split."""
+    rows = []
+    for s in report.systems:
+        rows.append(
+            [s.name, "first sentence", *(_pct(s.splits[x].first_sentence_accuracy) for x in SPLITS)]
+        )
+        rows.append(
+            [s.name, "best-sentence F1", *(_pct(s.splits[x].best_sentence_f1) for x in SPLITS)]
+        )
+    return [
+        "## Stricter answer scores (%)",
+        "",
+        (
+            "First sentence: a gold answer occurs in the answer's first sentence. Best-sentence "
+            "F1: SQuAD token F1 of the answer's best sentence against the best gold answer "
+            "(citation markers ignored), so a short answer scores higher."
+        ),
+        "",
+        *_table(
+            ["system", "score", *(f"{SPLIT_TITLES[x]} ({split_counts[x]})" for x in SPLITS)],
+            rows,
+            2,
+        ),
+    ]
+
+
 def _setup(report: EvalReport) -> str:
     """One paragraph: what was asked of which index, with which components."""
     grader = report.grader
+    web = " + ".join(Path(f).name for f in report.web_corpora or [report.web_corpus])
     return (
         f"{report.questions} questions; the gold passage of {report.gold_dropped_questions} is not "
         f"in the index (--drop-gold {report.drop_gold}, --seed {report.seed}); web search: BM25 "
-        f"over {Path(report.web_corpus).name}. Index: {report.index_chunks} chunks. "
+        f"over {web}. Index: {report.index_chunks} chunks. "
         f"Grader: {grader['kind']}, upper {grader['upper']}, lower {grader['lower']}. "
         f"Synthesizer: {report.synthesizer}. {report.seconds:.1f} s in all (index "
         f"{report.index_seconds:.1f} s), {report.concurrency} question(s) at a time."

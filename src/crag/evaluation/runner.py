@@ -35,9 +35,14 @@ from crag.evaluation.datasets import (
     drop_gold,
     load_corpus,
     load_questions,
+    union_corpus,
     write_corpus,
 )
-from crag.evaluation.metrics import contains_answer
+from crag.evaluation.metrics import (
+    best_sentence_f1,
+    contains_answer,
+    first_sentence_contains_answer,
+)
 from crag.evaluation.systems import System, resolve_systems
 from crag.events import Strip
 from crag.index import ChunkIndex
@@ -51,6 +56,9 @@ class ChunkJudgement(BaseModel):
 
     score: float
     is_gold: bool = Field(description="The chunk comes from the question's gold passage.")
+    is_support: bool = Field(
+        False, description="The chunk comes from one of the question's supporting passages."
+    )
     has_answer: bool = Field(description="The chunk's text contains a gold answer string.")
 
 
@@ -61,7 +69,13 @@ class Outcome(BaseModel):
     question_id: str
     split: Split
     answer: str = ""
-    correct: bool = False
+    correct: bool = Field(False, description="A gold answer occurs in the answer.")
+    first_sentence_correct: bool = Field(
+        False, description="A gold answer occurs in the answer's first sentence."
+    )
+    best_sentence_f1: float = Field(
+        0.0, description="SQuAD token F1 of the answer's best sentence, best gold answer."
+    )
     gold_retrieved: bool | None = Field(
         None, description="The gold passage is among the retrieved chunks."
     )
@@ -83,12 +97,21 @@ class EvalOptions:
 
     dataset: Path
     corpus: Path
-    web_corpus: Path | None = None
+    web_corpus: Path | Sequence[Path] | None = None
     drop_gold: float = 0.0
     seed: int = 0
     systems: str | Sequence[str] = ("rag", "crag")
     limit: int | None = None
     concurrency: int | None = None
+
+    @property
+    def web_corpora(self) -> list[Path]:
+        """The files searched as the web: every --web-corpus, or else the corpus."""
+        if self.web_corpus is None:
+            return [self.corpus]
+        if isinstance(self.web_corpus, (str, Path)):
+            return [Path(self.web_corpus)]
+        return [Path(p) for p in self.web_corpus] or [self.corpus]
 
 
 @dataclass
@@ -123,7 +146,7 @@ async def aevaluate(
     Args:
         options: the files, the gold drop and the systems.
         settings: component settings; the web search is forced to the local web corpus
-            (default: the full corpus, gold passages included).
+            (default: the full corpus, gold passages included), or to the union of several.
         progress: show a progress bar on stderr; None shows it when stderr is a terminal.
 
     Raises:
@@ -141,33 +164,35 @@ async def aevaluate(
     passages = load_corpus(options.corpus)
     check_gold_in_corpus(questions, passages)
     drop = drop_gold(questions, options.drop_gold, options.seed)
-    web_corpus = options.web_corpus or options.corpus
-    settings = settings.model_copy(
-        update={
-            "web_search": settings.web_search.model_copy(
-                update={"kind": "local", "corpus": web_corpus}
-            )
-        }
-    )
+    # The folder lives as long as the evaluation: a united web corpus is read by the
+    # first search, not before.
     with tempfile.TemporaryDirectory(prefix="crag-eval-") as tmp:
+        web = web_corpus_file(options.web_corpora, Path(tmp))
+        settings = settings.model_copy(
+            update={
+                "web_search": settings.web_search.model_copy(
+                    update={"kind": "local", "corpus": web}
+                )
+            }
+        )
         index = build_index(passages, drop.doc_ids, Path(tmp), settings)
-    index_seconds = perf_counter() - started
-    concurrency = options.concurrency or _default_concurrency(settings)
-    nodes = {n.node_id: n for n in index.nodes}
+        index_seconds = perf_counter() - started
+        concurrency = options.concurrency or _default_concurrency(settings)
+        nodes = {n.node_id: n for n in index.nodes}
 
-    outcomes: list[Outcome] = []
-    per_system: dict[str, float] = {}
-    bar = _progress_bar(len(systems) * len(questions), progress)
-    try:
-        for system in systems:
-            workflow = _instrument(system.build(settings, index))
-            system_started = perf_counter()
-            outcomes += await _run_system(
-                system, workflow, questions, drop, nodes, concurrency, bar
-            )
-            per_system[system.name] = perf_counter() - system_started
-    finally:
-        bar.close()
+        outcomes: list[Outcome] = []
+        per_system: dict[str, float] = {}
+        bar = _progress_bar(len(systems) * len(questions), progress)
+        try:
+            for system in systems:
+                workflow = _instrument(system.build(settings, index))
+                system_started = perf_counter()
+                outcomes += await _run_system(
+                    system, workflow, questions, drop, nodes, concurrency, bar
+                )
+                per_system[system.name] = perf_counter() - system_started
+        finally:
+            bar.close()
     return EvalRun(
         options=options,
         settings=settings,
@@ -202,6 +227,16 @@ async def _run_system(
         return outcome
 
     return list(await asyncio.gather(*(one(q) for q in questions)))
+
+
+def web_corpus_file(paths: Sequence[Path], folder: Path) -> Path:
+    """The file the local web search reads: the one corpus given, or the union of several
+    (each doc_id once, the first file winning) written to `folder`."""
+    if len(paths) == 1:
+        return paths[0]
+    union = folder / "web.jsonl"
+    write_corpus(union_corpus(paths), union)
+    return union
 
 
 def build_index(
@@ -307,6 +342,10 @@ async def _run_one(
         _observing.reset(token)
     outcome.answer = result.answer
     outcome.correct = contains_answer(result.answer, question.answers)
+    outcome.first_sentence_correct = first_sentence_contains_answer(
+        result.answer, question.answers
+    )
+    outcome.best_sentence_f1 = best_sentence_f1(result.answer, question.answers)
     trace = getattr(result, "trace", None)
     outcome.llm_calls = trace.llm_calls if trace is not None else 0
     outcome.search_calls = trace.search_calls if trace is not None else 0
@@ -325,6 +364,7 @@ async def _run_one(
                     ChunkJudgement(
                         score=scores[chunk.node.node_id],
                         is_gold=_doc_id(chunk) == question.doc_id,
+                        is_support=_doc_id(chunk) in question.support_doc_ids,
                         has_answer=contains_answer(node.get_content(), question.answers),
                     )
                 )

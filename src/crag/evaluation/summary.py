@@ -22,17 +22,29 @@ SPLITS = ("all", "gold-present", "gold-dropped")
 
 
 class EvaluatorQuality(BaseModel):
-    """Each retrieved chunk's grade, thresholded at `upper`, against two labels."""
+    """Each retrieved chunk's grade, thresholded at `upper`, against two labels, or three
+    when the questions are multi-hop."""
 
     is_gold: BinaryReport = Field(description="Label: the chunk is from the gold passage.")
     has_answer: BinaryReport = Field(description="Label: the chunk contains a gold answer string.")
+    is_support: BinaryReport | None = Field(
+        None,
+        description="Label: the chunk is from a supporting passage; None when every "
+        "question's only supporting passage is its gold one.",
+    )
 
 
 class SplitSummary(BaseModel):
     """One system's results on one split of the questions."""
 
     questions: int
-    answer_accuracy: float | None
+    answer_accuracy: float | None = Field(description="A gold answer occurs in the answer.")
+    first_sentence_accuracy: float | None = Field(
+        None, description="A gold answer occurs in the answer's first sentence."
+    )
+    best_sentence_f1: float | None = Field(
+        None, description="Mean token F1 (SQuAD) of each answer's best sentence."
+    )
     gold_retrieved: float | None
     gold_in_context: float | None
     verdicts: dict[str, float] | None = None
@@ -58,7 +70,8 @@ class EvalReport(BaseModel):
 
     dataset: str
     corpus: str
-    web_corpus: str
+    web_corpus: str = Field(description="Every file searched as the web, joined by ' + '.")
+    web_corpora: list[str] = Field(default_factory=list, description="Every web corpus file.")
     drop_gold: float
     seed: int
     questions: int
@@ -78,12 +91,20 @@ class EvalReport(BaseModel):
         raise KeyError(name)
 
 
-def summarize_split(outcomes: Sequence[Outcome], *, grading: bool, upper: float) -> SplitSummary:
-    """Answer accuracy, context rates, verdicts, evaluator quality, cost and latency."""
+def summarize_split(
+    outcomes: Sequence[Outcome], *, grading: bool, upper: float, multi_hop: bool = False
+) -> SplitSummary:
+    """Answer scores, context rates, verdicts, evaluator quality, cost and latency.
+
+    `multi_hop` adds the "is a supporting passage" label to the evaluator's quality.
+    """
     ran = [o for o in outcomes if o.error is None]
+    # A failed run counts as wrong (and scores 0) in every answer score.
     summary = SplitSummary(
         questions=len(outcomes),
-        answer_accuracy=rate(o.correct for o in outcomes),  # a failed run counts as wrong
+        answer_accuracy=rate(o.correct for o in outcomes),
+        first_sentence_accuracy=rate(o.first_sentence_correct for o in outcomes),
+        best_sentence_f1=mean(o.best_sentence_f1 for o in outcomes),
         gold_retrieved=rate(o.gold_retrieved for o in ran),
         gold_in_context=rate(o.gold_in_context for o in ran),
         llm_calls_per_question=mean(o.llm_calls for o in ran),
@@ -101,6 +122,9 @@ def summarize_split(outcomes: Sequence[Outcome], *, grading: bool, upper: float)
         summary.evaluator = EvaluatorQuality(
             is_gold=binary_report([c.is_gold for c in chunks], scores, upper),
             has_answer=binary_report([c.has_answer for c in chunks], scores, upper),
+            is_support=(
+                binary_report([c.is_support for c in chunks], scores, upper) if multi_hop else None
+            ),
         )
     return summary
 
@@ -128,6 +152,7 @@ def summarize(run: EvalRun) -> EvalReport:
     synth_kind = settings.synthesizer.kind
     if synth_kind == "auto":
         synth_kind = "llm" if llm else "extractive"
+    multi_hop = any(q.multi_hop for q in run.questions)
     systems = []
     for system in run.systems:
         mine = [o for o in run.outcomes if o.system == system.name]
@@ -136,6 +161,7 @@ def summarize(run: EvalRun) -> EvalReport:
                 [o for o in mine if split == "all" or o.split == split],
                 grading=system.grading,
                 upper=upper,
+                multi_hop=multi_hop,
             )
             for split in SPLITS
         }
@@ -150,7 +176,8 @@ def summarize(run: EvalRun) -> EvalReport:
     return EvalReport(
         dataset=str(run.options.dataset),
         corpus=str(run.options.corpus),
-        web_corpus=str(run.options.web_corpus or run.options.corpus),
+        web_corpus=" + ".join(str(p) for p in run.options.web_corpora),
+        web_corpora=[str(p) for p in run.options.web_corpora],
         drop_gold=run.options.drop_gold,
         seed=run.options.seed,
         questions=len(run.questions),
