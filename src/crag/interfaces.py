@@ -36,6 +36,15 @@ class Grader(Protocol):
 
 
 @runtime_checkable
+class CoverageJudge(Protocol):
+    """Judges a set: how much of the question the (text, title) pairs cover together, in [0, 1].
+
+    Synchronous and CPU-bound (the workflow runs it off the event loop)."""
+
+    def coverage(self, query: str, texts: Sequence[tuple[str, str | None]]) -> float: ...
+
+
+@runtime_checkable
 class Refiner(Protocol):
     """Decomposes documents into strips, keeps the relevant ones, recomposes them in order."""
 

@@ -51,6 +51,7 @@ from crag.events import (
     WebSearchNeededEvent,
 )
 from crag.interfaces import (
+    CoverageJudge,
     Decomposer,
     Grader,
     Postprocessor,
@@ -111,9 +112,8 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         lower: every chunk scoring below this makes it Incorrect; in between, Ambiguous.
         decomposer: finds a compound question's further hops (`crag.steps.decomposition`);
             None answers from the first pass only.
-        judge: scores how much of the question the kept chunks cover together (an object
-            with `coverage(query, [(text, title), ...])`, as `LexicalEvaluator`); None skips
-            the set judgment.
+        judge: scores how much of the question the kept chunks cover together
+            (`LexicalEvaluator` is one); None skips the set judgment.
         cover: the share of the question the kept chunks must cover together for Correct;
             a comparison's part that the knowledge covers less than this gets its own hop.
         speculative_rewrite: start the query rewrite alongside grading (default) rather
@@ -148,7 +148,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         upper: float = _DEFAULT_GRADES.upper,
         lower: float = _DEFAULT_GRADES.lower,
         decomposer: Decomposer | None = None,
-        judge: Any = None,
+        judge: CoverageJudge | None = None,
         cover: float = _DEFAULT_GRADES.cover,
         speculative_rewrite: bool = True,
         speculative_refine: bool = True,
@@ -316,13 +316,13 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         """
         assert self.decomposer is not None
         try:
-            return await self._plan(self.decomposer, state, strips, record)
+            return await self._plan(self.decomposer, state, strips)
         except Exception as exc:  # noqa: BLE001 - any decomposer failure has the same remedy
             record.degraded = f"decomposer failed ({describe(exc)}); used the rules"
-            return await self._plan(self.fallback_decomposer, state, strips, record)
+            return await self._plan(self.fallback_decomposer, state, strips)
 
     async def _plan(
-        self, decomposer: Decomposer, state: RunState, strips: list[Strip], record: Any
+        self, decomposer: Decomposer, state: RunState, strips: list[Strip]
     ) -> tuple[list[tuple[int, str]], list[str]]:
         parts = await decomposer.split(state.query)
         if parts:
@@ -356,14 +356,10 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         )
         return [s.model_copy(update={"hop": number}) for s in strips]
 
-    async def _coverage(self, query: str, found: Sequence[NodeWithScore] | Sequence[Strip]) -> float:
-        """How much of `query` the chunks or strips cover together (`judge`; 1.0 without one)."""
-        if self.judge is None:
-            return 1.0
-        pairs = [
-            (f.node.get_content(), context_of(f.node.metadata)) if isinstance(f, NodeWithScore) else (f.text, f.title)
-            for f in found
-        ]
+    async def _coverage(self, query: str, chunks: Sequence[NodeWithScore]) -> float:
+        """How much of `query` the chunks cover together, by the `judge`."""
+        assert self.judge is not None
+        pairs = [(c.node.get_content(), context_of(c.node.metadata)) for c in chunks]
         return await off_loop(self.judge.coverage, query, pairs)
 
     @step
