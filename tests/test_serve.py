@@ -348,3 +348,39 @@ def test_the_server_process_freezes_what_it_loaded_and_collects_less_often() -> 
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+async def test_on_postgresql_a_page_of_handlers_is_read_in_sql_not_the_whole_history(tmp_path: Path) -> None:
+    """Every page comes from a LIMIT query keyed on the `before` run: the store's own
+    `query`, which reads every matching run, is never called."""
+    from llama_agents.server import HandlerQuery
+    from test_listing import _client, _filled
+
+    from crag.app.server.stores import PostgresRunStore
+
+    store = PostgresRunStore(_store_for("postgresql", tmp_path))
+    await store.start()
+    await store.delete(HandlerQuery(workflow_name_in=["crag"]))
+    try:
+        ids = await _filled(store, 75)
+
+        async def whole_history(query: HandlerQuery) -> None:
+            raise AssertionError("GET /handlers read every run to cut one page")
+
+        store.query = whole_history  # type: ignore[method-assign]
+        seen: list[str] = []
+        async with _client(store) as client:
+            url = "/handlers?limit=20"
+            while url:
+                page = (await client.get(url)).json()
+                seen += [h["handler_id"] for h in page["handlers"]]
+                url = page["next_before"] and f"/handlers?limit=20&before={page['next_before']}"
+            failed = (await client.get("/handlers", params={"limit": 3, "status": "failed", "before": ids[1]})).json()
+            unknown = await client.get("/handlers?before=no-such-run")
+        assert seen == ids
+        assert [h["handler_id"] for h in failed["handlers"]] == [i for i in ids[2:] if int(i[1:]) % 3 == 0][:3]
+        assert unknown.status_code == 404
+    finally:
+        del store.query
+        await store.delete(HandlerQuery(workflow_name_in=["crag"]))
+        await store.close()

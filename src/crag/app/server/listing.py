@@ -7,8 +7,10 @@ and /health waited meanwhile. This route answers the same query parameters (`sta
 `workflow_name`, repeated or not) and the same shape (`{"handlers": [...]}`), plus
 `"next_before"`: the `before` for the next page, or null on the last one. On SQLite the page
 is read with `ORDER BY ... LIMIT` on a connection of its own, and turned into JSON, in a
-worker thread. On PostgreSQL the store's query reads every matching run (on its async pool)
-and the page is cut and serialised in a worker thread.
+worker thread. On PostgreSQL the same keyset query runs on the store's async pool (the
+`before` run's start time and id bound the page, so a page costs the same however long the
+history), and the page is serialised in a worker thread. Any other store (memory, in tests)
+is read whole and cut in a worker thread.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from crag.app.server.stores import SqliteRunStore
+from crag.app.server.stores import PostgresRunStore, SqliteRunStore
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -55,6 +57,15 @@ def handlers_route(store: AbstractWorkflowStore) -> Route:
         )
         if isinstance(store, SqliteRunStore):
             body = await asyncio.to_thread(_sqlite_page, store, query, limit, before)
+        elif isinstance(store, PostgresRunStore):
+            rows = await _postgres_rows(store, query, limit, before)
+            body = (
+                None
+                if rows is None
+                else await asyncio.to_thread(
+                    lambda: _json([store._row_to_handler(row) for row in rows], limit)
+                )
+            )
         else:
             found = await store.query(query)
             body = await asyncio.to_thread(_page_of, found, limit, before)
@@ -126,3 +137,35 @@ def _sqlite_page(
     finally:
         connection.close()
     return _json([store._row_to_persistent_handler(row) for row in rows], limit)
+
+
+async def _postgres_rows(
+    store: PostgresRunStore, query: HandlerQuery, limit: int, before: str | None
+) -> list[Any] | None:
+    """The page's rows (one more than `limit`, to tell whether another page follows), or
+    None when `before` names no run. Started times compare as timestamps; a run without one
+    sorts last, as the empty string does on SQLite."""
+    spec = store._build_filters(query)  # the store's own SQL ($1, $2...) for the server's filters
+    if spec is None:
+        return []
+    clauses, params = list(spec[0]), list(spec[1])
+    started = "COALESCE(started_at, '-infinity'::timestamptz)"
+    pool = await store._ensure_pool()
+    async with pool.acquire() as connection:
+        if before is not None:
+            row = await connection.fetchrow(
+                f"SELECT {started} AS started, handler_id FROM {store._handlers_ref} WHERE handler_id = $1",
+                before,
+            )
+            if row is None:
+                return None
+            n = len(params)
+            clauses.append(f"({started}, handler_id) < (${n + 1}, ${n + 2})")
+            params.extend((row["started"], row["handler_id"]))
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        return await connection.fetch(
+            f"SELECT {COLUMNS} FROM {store._handlers_ref}{where} "  # clauses are the store's, values bound
+            f"ORDER BY {started} DESC, handler_id DESC LIMIT ${len(params) + 1}",
+            *params,
+            limit + 1,
+        )
