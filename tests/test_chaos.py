@@ -1,9 +1,11 @@
 """Chaos: `crag serve` and `crag ingest` as separate processes, driven over loopback HTTP and
-then hurt: kill -9 mid-run and a restart, the store locked by another process, concurrent
-ingests, a damaged index, a hijack attempt, oversized bodies, a refused model key."""
+then hurt: kill -9 mid-run and a restart, the store locked by another process, PostgreSQL
+stopped and frozen, the store's disk full, concurrent ingests, a damaged index, a hijack
+attempt, oversized bodies, a refused model key."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -18,7 +20,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, PostgresCluster
 from loopback import LoopbackServer, failing, openai_chat
 
 from crag.index import ChunkIndex
@@ -27,6 +29,8 @@ pytestmark = pytest.mark.slow
 CRAG = [sys.executable, "-m", "crag.app.cli"]
 QUESTION = {"start_event": {"query": "What warranty does Lumen give on the Helio H10?"}}
 ORPHAN_AFTER = 2.0  # seconds: the bound on a run left running by a dead server, plus a beat
+PROBE_LIMIT = 2.0 + 3.0  # seconds: /health's probe limit, and slack for a busy machine
+SETTLED = 30.0  # seconds: a run in flight has ended (its model call, the store's retries, a sweep)
 
 
 def _free_port() -> int:
@@ -80,6 +84,78 @@ def index(sample_index_dir: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "index"
     shutil.copytree(sample_index_dir, copy)
     return copy
+
+
+@pytest.fixture
+def slow_model() -> Iterator[dict[str, str]]:
+    """A model that takes 3 s per call, and the environment that points crag serve at it:
+    runs long enough to still be in flight when the store goes."""
+    with LoopbackServer(openai_chat(lambda prompt: "0.9", delay=lambda prompt: 3.0)) as model:
+        yield {"OPENAI_BASE_URL": model.url + "/v1", "OPENAI_API_KEY": "sk-test", "CRAG_GRADER__KIND": "llm"}
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB tmpfs to fill; skipped where mounting is impossible (not root, no mount)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)],
+                             capture_output=True, check=False, text=True) if shutil.which("mount") else None
+    if mounted is None or mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip() if mounted else 'no mount'}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
+
+
+def _fill(disk: Path) -> Path:
+    """Write to `disk` until no byte is left; the file that holds it all."""
+    filler = disk / "filler"
+    try:
+        with filler.open("wb", buffering=0) as out:  # unbuffered: the last short write lands too
+            while True:
+                out.write(b"\0" * 65536)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+    return filler
+
+
+def _start_runs(url: str, n: int) -> list[str]:
+    ids = [httpx.post(f"{url}/workflows/crag/run-nowait", json=QUESTION, timeout=10).json()["handler_id"]
+           for _ in range(n)]
+    time.sleep(0.5)
+    assert {httpx.get(f"{url}/handlers/{i}").json()["status"] for i in ids} == {"running"}
+    return ids
+
+
+def _settled(url: str, ids: list[str], within: float = SETTLED) -> dict[str, dict]:
+    """Each run's handler once none reads `running`; the test fails if one still does after
+    `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            handlers = {i: httpx.get(f"{url}/handlers/{i}", timeout=10).json() for i in ids}
+            if all(h.get("status") not in (None, "running") for h in handlers.values()):
+                return handlers
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"runs still running after {within:g} s"
+        time.sleep(0.3)
+
+
+def _healthy_again(url: str, within: float = SETTLED) -> None:
+    deadline = time.monotonic() + within
+    while httpx.get(f"{url}/health", timeout=PROBE_LIMIT).status_code != 200:
+        assert time.monotonic() < deadline, "/health stayed 503 after the store came back"
+        time.sleep(0.3)
+
+
+def _refused_for_the_store(reply: httpx.Response, problem: str) -> None:
+    assert reply.status_code == 503, reply.text
+    assert "No run was started" in reply.json()["detail"] and problem in reply.json()["detail"]
+    assert "Retry-After" in reply.headers
 
 
 def test_kill_9_mid_run_then_restart_leaves_no_run_running_past_the_bound(index: Path, tmp_path: Path) -> None:
@@ -180,3 +256,90 @@ def test_a_refused_model_key_stops_crag_serve_once_naming_the_key(index: Path, t
         assert len(model.requests) == 1  # once, at startup
     assert code == 2
     assert "OPENAI_API_KEY" in message and "401" in message and "sk-wrong-key" not in message
+
+
+def test_postgresql_stopped_while_serving_refuses_runs_with_503_then_no_run_stays_running(
+    index: Path, slow_model: dict[str, str], private_postgres: PostgresCluster
+) -> None:
+    with serving(index, private_postgres.url, **slow_model) as (url, _):
+        in_flight = _start_runs(url, 3)
+        private_postgres.stop()
+
+        health = httpx.get(f"{url}/health", timeout=PROBE_LIMIT)
+        refused = httpx.post(f"{url}/workflows/crag/run", json=QUESTION, timeout=PROBE_LIMIT)
+
+        private_postgres.start()
+        ended = _settled(url, in_flight)
+        _healthy_again(url)
+        again = httpx.post(f"{url}/workflows/crag/run", json=QUESTION, timeout=60)
+    assert health.status_code == 503 and "postgresql store" in health.json()["error"]
+    _refused_for_the_store(refused, "postgresql")
+    assert private_postgres.port not in refused.text  # no database address in an answer
+    assert {h["status"] for h in ended.values()} <= {"completed", "failed"}
+    assert again.status_code == 200 and again.json()["status"] == "completed"
+
+
+def test_postgresql_frozen_while_serving_never_hangs_health_or_a_new_run(
+    index: Path, slow_model: dict[str, str], private_postgres: PostgresCluster
+) -> None:
+    with serving(index, private_postgres.url, **slow_model) as (url, _):
+        in_flight = _start_runs(url, 3)
+        private_postgres.freeze()
+        try:
+            # An httpx timeout here is the hang this test is about: each must answer in time.
+            health = httpx.get(f"{url}/health", timeout=PROBE_LIMIT)
+            refused = httpx.post(f"{url}/workflows/crag/run", json=QUESTION, timeout=PROBE_LIMIT)
+            time.sleep(3)  # the runs' model calls end while it is frozen: their last writes wait
+        finally:
+            private_postgres.thaw()
+        ended = _settled(url, in_flight)
+        _healthy_again(url)
+    assert health.status_code == 503 and "did not answer" in health.json()["error"]
+    _refused_for_the_store(refused, "postgresql")
+    assert {h["status"] for h in ended.values()} <= {"completed", "failed"}
+
+
+def test_a_full_disk_under_the_sqlite_store_fails_runs_clearly_and_loses_nothing(
+    index: Path, slow_model: dict[str, str], small_disk: Path
+) -> None:
+    store = small_disk / "server.db"
+    with serving(index, store, **slow_model) as (url, _):
+        earlier = httpx.post(f"{url}/workflows/crag/run", json=QUESTION, timeout=60).json()
+        in_flight = _start_runs(url, 2)
+        filler = _fill(small_disk)
+
+        health = httpx.get(f"{url}/health", timeout=PROBE_LIMIT)
+        refused = httpx.post(f"{url}/workflows/crag/run", json=QUESTION, timeout=PROBE_LIMIT)
+        ended = _settled(url, in_flight)  # while the disk is still full
+        cancel = httpx.post(f"{url}/handlers/{in_flight[0]}/cancel")
+
+        filler.unlink()
+        _healthy_again(url)
+        deadline = time.monotonic() + SETTLED
+        while (stored := _stored_statuses(store, in_flight)) != {"failed"}:
+            assert time.monotonic() < deadline, f"the failures were not written: {stored}"
+            time.sleep(0.3)
+        kept = httpx.get(f"{url}/handlers/{earlier['handler_id']}").json()
+        again = httpx.post(f"{url}/workflows/crag/run", json=QUESTION, timeout=60)
+    assert health.status_code == 503 and "sqlite store" in health.json()["error"]
+    assert "full" in health.json()["error"]
+    _refused_for_the_store(refused, "full")
+    for handler in ended.values():
+        assert handler["status"] == "failed" and "could not record" in handler["error"]
+    assert cancel.status_code == 409 and cancel.json()["status"] == "failed"
+    assert "could not record" in cancel.json()["detail"]
+    assert kept["status"] == "completed" and kept["result"] == earlier["result"]
+    assert again.status_code == 200 and again.json()["status"] == "completed"
+
+
+def _stored_statuses(store: Path, handler_ids: list[str]) -> set[str]:
+    """What the SQLite file itself says (not the server's view of it)."""
+    import sqlite3
+
+    connection = sqlite3.connect(store)
+    try:
+        marks = ",".join("?" * len(handler_ids))
+        return {row[0] for row in connection.execute(
+            f"SELECT status FROM handlers WHERE handler_id IN ({marks})", handler_ids)}
+    finally:
+        connection.close()

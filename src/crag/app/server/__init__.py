@@ -13,6 +13,9 @@ The server's own routes run it and keep its runs (`POST /workflows/crag/run`,
     validation.py  an unusable question is a 400 before any run starts (middleware)
     routes.py      the routes above; listing.py the paged /handlers
     stores.py      SQLite beside the index by default, PostgreSQL from a URL
+    storegate.py   a run request is a 503 at once while the store cannot record runs
+    upkeep.py      health probes, pruning, the orphan sweep; unrecorded.py runs whose end
+                   the store refused; bounded.py waiting on a store that does not answer
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from crag.app.server.auth import ApiKeyMiddleware
 from crag.app.server.guard import RequestGuard, check_bind
 from crag.app.server.reload import IndexReloader
 from crag.app.server.routes import WORKFLOW_NAME, crag_routes
+from crag.app.server.storegate import StoreGate
 from crag.app.server.stores import StoreChoice, store_for
 from crag.app.server.upkeep import CancelReport, LiveRuns, Upkeep, with_upkeep
 from crag.app.server.validation import QueryCheckMiddleware
@@ -84,6 +88,7 @@ def build_server(
     middleware = [
         Middleware(RequestGuard, max_body_bytes=settings.server.max_body_bytes, local_only=not key),
         Middleware(QueryCheckMiddleware),
+        Middleware(StoreGate, upkeep=upkeep),  # ahead of admission: no slot held for a refusal
         Middleware(AdmissionMiddleware, admission=admission),
         Middleware(CancelReport, upkeep=upkeep),
     ]

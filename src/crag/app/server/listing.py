@@ -26,7 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from crag.app.server.stores import PostgresRunStore, SqliteRunStore
+from crag.app.server.bounded import given_up_after
+from crag.app.server.stores import POSTGRES_TIMEOUT, PostgresRunStore, SqliteRunStore
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -58,12 +59,18 @@ def handlers_route(store: AbstractWorkflowStore) -> Route:
         if isinstance(store, SqliteRunStore):
             body = await asyncio.to_thread(_sqlite_page, store, query, limit, before)
         elif isinstance(store, PostgresRunStore):
-            rows = await _postgres_rows(store, query, limit, before)
+            rows = await given_up_after(
+                POSTGRES_TIMEOUT,
+                _postgres_rows(store, query, limit, before),
+                "the postgresql run store",
+            )
             body = (
                 None
                 if rows is None
                 else await asyncio.to_thread(
-                    lambda: _json([store._row_to_handler(row) for row in rows], limit)
+                    lambda: _json(
+                        store.unrecorded.over([store._row_to_handler(row) for row in rows]), limit
+                    )
                 )
             )
         else:
@@ -136,7 +143,9 @@ def _sqlite_page(
         ).fetchall()
     finally:
         connection.close()
-    return _json([store._row_to_persistent_handler(row) for row in rows], limit)
+    return _json(
+        store.unrecorded.over([store._row_to_persistent_handler(row) for row in rows]), limit
+    )
 
 
 async def _postgres_rows(

@@ -40,12 +40,17 @@ from workflows.events import (
     WorkflowTimedOutEvent,
 )
 
+from crag.app.server.bounded import given_up_after
+from crag.app.server.unrecorded import UnrecordedEnds
 from crag.app.server.writer import StoreThread
 from crag.config import Settings
 from crag.errors import ConfigError, register_secret
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 INTERRUPTED = "the server stopped before the run finished; ask again"
+# How long a PostgreSQL read or write may take before its caller is told the store did not
+# answer (bounded.py): a frozen database must not hold a request, or a run, for ever.
+POSTGRES_TIMEOUT = 5.0
 INTERNAL_EVENT = InternalDispatchEvent.__name__
 T = TypeVar("T")
 TERMINAL_EVENTS = frozenset(
@@ -62,9 +67,11 @@ class _RunStateInMemory:
         self._state_store_cache = {}
 
     async def update(self, handler: PersistentHandler) -> None:
-        await super().update(handler)  # type: ignore[misc]
-        if handler.run_id and is_terminal_status(handler.status):
-            self._evict_run_state_stores(handler.run_id)  # type: ignore[attr-defined]
+        try:
+            await super().update(handler)  # type: ignore[misc]
+        finally:  # a run that ended needs its state no more, recorded or not
+            if handler.run_id and is_terminal_status(handler.status):
+                self._evict_run_state_stores(handler.run_id)  # type: ignore[attr-defined]
 
     def _build_state_store(
         self,
@@ -104,6 +111,7 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
         self._sequences: dict[str, int] = {}  # the store's thread's alone
         self._pending: list[tuple[str, EventEnvelopeWithMetadata]] = []  # the event loop's alone
         self.commits = 0  # how many commits carried events (for tests)
+        self.unrecorded = UnrecordedEnds("sqlite")
         self._thread = StoreThread(f"crag-store {Path(db_path).name}")
 
     async def start(self) -> None:
@@ -124,12 +132,19 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
     # --- the base class's SQL, on the store's thread ----------------------------------------
 
     async def query(self, query: HandlerQuery) -> list[PersistentHandler]:
-        return await self._call(_drive, SqliteWorkflowStore.query(self, query))
+        return self.unrecorded.over(await self._call(_drive, SqliteWorkflowStore.query(self, query)))
 
     async def update(self, handler: PersistentHandler) -> None:
-        await self._call(_drive, SqliteWorkflowStore.update(self, handler))
-        if handler.run_id and is_terminal_status(handler.status):
-            self._evict_run_state_stores(handler.run_id)  # as _RunStateInMemory.update does
+        handler = self.unrecorded.cleaned(handler)
+        try:
+            await self._call(_drive, SqliteWorkflowStore.update(self, handler))
+        except Exception as exc:
+            self.unrecorded.refused(handler, exc)
+            raise
+        finally:
+            if handler.run_id and is_terminal_status(handler.status):
+                self._evict_run_state_stores(handler.run_id)  # as _RunStateInMemory.update does
+        self.unrecorded.recorded(handler)
 
     async def delete(self, query: HandlerQuery) -> int:
         return await self._call(_drive, SqliteWorkflowStore.delete(self, query))
@@ -169,8 +184,16 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
         try:
             for run_id, event in batch:
                 self._insert_event(run_id, event)
-        finally:
             self._commit()
+        except BaseException:
+            # A full disk or a lock held too long: this turn's events are lost (and logged by
+            # the store's thread). Roll back, so that the next write starts clean rather than
+            # inside a transaction SQLite may already have abandoned, and read each run's
+            # next sequence number from the table again.
+            self._connection.rollback()
+            for run_id, _ in batch:
+                self._sequences.pop(run_id, None)
+            raise
 
     def _insert_event(self, run_id: str, event: EventEnvelopeWithMetadata) -> None:
         sequence = self._sequences.get(run_id)
@@ -191,7 +214,11 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
 
     def _commit(self) -> None:
         if self._connection.in_transaction:
-            self._connection.commit()
+            try:
+                self._connection.commit()
+            except sqlite3.Error:
+                self._connection.rollback()  # see _write_events
+                raise
             self.commits += 1
 
     async def _call(self, job: Callable[..., T], *args: Any) -> T:
@@ -242,7 +269,42 @@ def _long_lived_connection(db_path: str) -> sqlite3.Connection:
 # PostgresWorkflowStore is exported only from a private module in 0.8 (asyncpg is an
 # optional extra there); pyproject.toml pins llama-agents-server below 0.9.
 class PostgresRunStore(_RunStateInMemory, PostgresWorkflowStore):
-    """The server's PostgreSQL store (asyncpg, LISTEN/NOTIFY), run state in memory."""
+    """The server's PostgreSQL store (asyncpg, LISTEN/NOTIFY), run state in memory.
+
+    Each read and write is waited for at most `POSTGRES_TIMEOUT` seconds (bounded.py): a
+    stopped database fails at once, a frozen one would otherwise hold every request and run
+    that touches the store until it thawed. A run's end that could not be written is kept
+    (unrecorded.py) until the orphan sweep writes it.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self.unrecorded = UnrecordedEnds("postgresql")
+
+    def _bounded(self, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        return given_up_after(POSTGRES_TIMEOUT, work, "the postgresql run store")
+
+    async def query(self, query: HandlerQuery) -> list[PersistentHandler]:
+        return self.unrecorded.over(await self._bounded(super().query(query)))
+
+    async def update(self, handler: PersistentHandler) -> None:
+        handler = self.unrecorded.cleaned(handler)
+        try:
+            await self._bounded(super().update(handler))
+        except Exception as exc:
+            self.unrecorded.refused(handler, exc)
+            raise
+        self.unrecorded.recorded(handler)
+
+    async def delete(self, query: HandlerQuery) -> int:
+        return await self._bounded(super().delete(query))
+
+    async def append_event(self, run_id: str, event: EventEnvelopeWithMetadata) -> None:
+        await self._bounded(super().append_event(run_id, event))
+
+    async def query_events(self, run_id: str, after_sequence: int | None = None,
+                           limit: int | None = None) -> list[StoredEvent]:
+        return await self._bounded(super().query_events(run_id, after_sequence, limit))
 
 
 @dataclass(frozen=True)

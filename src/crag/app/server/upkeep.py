@@ -8,6 +8,13 @@ longer ago than that, was cut off (kill -9, a lost machine, a failed store write
 failed, by whichever server sweeps next: at startup and at every beat. A run this process
 started but no longer runs (its final store write failed) is failed the same way.
 
+Health. The store's probe is a heartbeat: a real write, in a thread for SQLite, on a fresh
+connection for PostgreSQL, given up (not waited for, bounded.py) after `PROBE_TIMEOUT`. A
+read would pass on a full disk (SQLite), and taking the lock without writing would too; a
+probe of the store's own pool would queue behind the requests a frozen database holds.
+Callers at the same moment share one probe; a run request (storegate.py) also takes an
+answer up to `PROBE_REUSE` seconds old, so that a burst of runs costs one probe a second.
+
 Blocking work (SQLite, file system) runs in a thread; each probe has a time limit.
 """
 
@@ -29,8 +36,11 @@ from llama_agents.server._store.abstract_workflow_store import HandlerQuery
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from crag.app.server.bounded import StoreTimeout, given_up_after
+
 ORPHANED = "the server running it stopped (or could not record its end) before the run finished; ask again"
 PROBE_TIMEOUT = 2.0
+PROBE_REUSE = 1.0  # seconds one probe's answer stands for every caller
 TERMINAL = ("completed", "failed", "cancelled")
 _HEARTBEAT_DDL = "CREATE TABLE IF NOT EXISTS crag_servers (server_id TEXT PRIMARY KEY, beat DOUBLE PRECISION NOT NULL, runs TEXT NOT NULL)"
 
@@ -58,27 +68,29 @@ class Upkeep:
         self.keep_runs, self.keep_days, self.orphan_after = keep_runs, keep_days, orphan_after
         self.index_path = index_path
         self.index_problem: str | None = None  # a failed reload of the index, for /health
+        self._probe: asyncio.Task[str | None] | None = None  # the last store probe, shared
+        self._probed_at = -PROBE_REUSE
 
     # --- health ---------------------------------------------------------------------------
 
-    async def store_problem(self) -> str | None:
+    async def store_problem(self, reuse: float = 0.0) -> str | None:
+        """Why the store cannot record runs now, or None. A probe in progress is joined; a
+        finished one's answer is taken if it is at most `reuse` seconds old."""
+        if self._probe is None or (self._probe.done() and time.monotonic() - self._probed_at > reuse):
+            self._probed_at = time.monotonic()
+            self._probe = asyncio.create_task(self._probe_store())
+        return await asyncio.shield(self._probe)  # a caller that goes away leaves it to the others
+
+    async def _probe_store(self) -> str | None:
         try:
-            if self.kind == "sqlite":
-                await within(PROBE_TIMEOUT, self._sqlite_probe)
-            else:
-                await asyncio.wait_for(self.store.query(HandlerQuery(handler_id_in=["-health-probe-"])), PROBE_TIMEOUT)
-        except asyncio.TimeoutError:
+            await self.beat(PROBE_TIMEOUT)
+        except (asyncio.TimeoutError, StoreTimeout):
             return f"the {self.kind} store did not answer within {PROBE_TIMEOUT:g} s"
+        except sqlite3.Error as exc:  # its messages name no path: "database or disk is full"
+            return f"the {self.kind} store cannot record runs: {exc}"
         except Exception as exc:  # noqa: BLE001 - any failure makes this process unfit
             return f"the {self.kind} store is unreachable: {type(exc).__name__}"
         return None
-
-    def _sqlite_probe(self) -> None:
-        with _sqlite(self.target, PROBE_TIMEOUT) as connection:
-            connection.execute("SELECT 1 FROM handlers LIMIT 1").fetchall()
-            # In WAL mode a reader is never blocked; a run must write, so take the write lock.
-            connection.execute("BEGIN IMMEDIATE")
-            connection.rollback()
 
     async def index_problem_now(self) -> str | None:
         """Why the served index cannot serve: a failed reload, or its files gone from disk."""
@@ -133,18 +145,26 @@ class Upkeep:
         """Write this server's heartbeat, then fail the runs no live server claims."""
         return await self.sweep(await self.beat())
 
-    async def beat(self) -> set[str]:
-        """Write this server's heartbeat; the run ids that live servers claim."""
+    async def beat(self, limit: float = 10.0) -> set[str]:
+        """Write this server's heartbeat, within `limit` seconds; the run ids that live
+        servers claim."""
         now = time.time()
         runs = sorted(self.live.ids)
         if self.kind == "sqlite":
-            return await within(10.0, lambda: self._sqlite_beat(now, runs))
-        return await self._postgres_beat(now, runs)
+            # SQLite's own wait for a lock ends first, so that a lock says "database is locked".
+            return await within(limit, lambda: self._sqlite_beat(now, runs, 0.75 * limit))
+        return await given_up_after(limit, self._postgres_beat(now, runs, limit), "the postgresql store")
 
     async def sweep(self, claimed: set[str]) -> int:
         """Fail the runs marked running that no live server claims; how many."""
         cutoff = datetime.now(timezone.utc) - timedelta(seconds=self.orphan_after)
         failed = 0
+        unrecorded = getattr(self.store, "unrecorded", None)
+        for run_id, error in list(unrecorded.errors.items()) if unrecorded else ():
+            # Ended here while the store refused the write (unrecorded.py): write it now.
+            await self.store.update_handler_status(run_id, status="failed", error=error)
+            unrecorded.errors.pop(run_id, None)  # written (or its row never was: nothing to show)
+            failed += 1
         for handler in await self.store.query(HandlerQuery(status_in=["running"])):
             if handler.run_id is None or handler.run_id in claimed or handler.run_id in self.live.ids:
                 continue
@@ -154,8 +174,8 @@ class Upkeep:
             failed += 1
         return failed
 
-    def _sqlite_beat(self, now: float, runs: list[str]) -> set[str]:
-        with _sqlite(self.target, 10.0) as connection:
+    def _sqlite_beat(self, now: float, runs: list[str], busy: float = 10.0) -> set[str]:
+        with _sqlite(self.target, busy) as connection:
             connection.execute(_HEARTBEAT_DDL)
             connection.execute("INSERT OR REPLACE INTO crag_servers VALUES (?, ?, ?)",
                                (self.live.server_id, now, json.dumps(runs)))
@@ -164,10 +184,13 @@ class Upkeep:
                                       (now - self.orphan_after,)).fetchall()
         return {run for (text,) in rows for run in json.loads(text)}
 
-    async def _postgres_beat(self, now: float, runs: list[str]) -> set[str]:
+    async def _postgres_beat(self, now: float, runs: list[str], limit: float) -> set[str]:
         import asyncpg
 
-        connection = await asyncio.wait_for(asyncpg.connect(self.target), 10.0)
+        # Its own short-lived connection, not the store's pool: a pool a frozen database holds
+        # would queue the beat behind the requests it holds. Each step times out by itself
+        # too, so that a beat given up (bounded.py) ends rather than lingers.
+        connection = await asyncpg.connect(self.target, timeout=limit, command_timeout=limit)
         try:
             await connection.execute(_HEARTBEAT_DDL)
             await connection.execute(
@@ -177,7 +200,7 @@ class Upkeep:
             await connection.execute("DELETE FROM crag_servers WHERE beat < $1", now - 10 * self.orphan_after)
             rows = await connection.fetch("SELECT runs FROM crag_servers WHERE beat >= $1", now - self.orphan_after)
         finally:
-            await connection.close()
+            await connection.close(timeout=limit)
         return {run for row in rows for run in json.loads(row["runs"])}
 
     async def leave(self) -> None:
@@ -241,8 +264,9 @@ class _sqlite:  # noqa: N801 - a context manager, used like a function
 
 class CancelReport:
     """`POST /handlers/{id}/cancel` says what happened to a run that is not running here: a
-    finished run's status (409), or an orphan marked failed; a run this process runs, or an
-    unknown one, goes on to the server's own route."""
+    finished run's status (409), a run whose end the store refused (failed, and why), or an
+    orphan marked failed; a run this process runs, or an unknown one, goes on to the server's
+    own route."""
 
     def __init__(self, app: ASGIApp, upkeep: Upkeep) -> None:
         self.app = app
@@ -256,7 +280,9 @@ class CancelReport:
             return
         handler_id = path[len("/handlers/"):-len("/cancel")]
         found = await self.upkeep.store.query(HandlerQuery(handler_id_in=[handler_id]))
-        if not found or found[0].run_id in self.upkeep.live.ids:
+        # A run read as ended is reported, even while this process still winds it up (its last
+        # write refused and being retried, unrecorded.py): there is nothing left to cancel.
+        if not found or (found[0].status == "running" and found[0].run_id in self.upkeep.live.ids):
             await self.app(scope, receive, send)
             return
         handler = found[0]
