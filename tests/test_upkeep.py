@@ -182,3 +182,32 @@ def test_a_new_index_version_is_served_without_a_restart(sample_index_dir: Path,
         health = httpx.get(f"{url}/health")
         assert health.status_code == 503 and "index" in health.json()["error"]
         assert "zorbulator" in json.dumps(_ask(url, question)["sources"]).lower()  # the last good version serves on
+
+
+async def test_a_run_end_the_store_refuses_reads_failed_at_once_and_the_sweep_writes_it(tmp_path: Path) -> None:
+    """Another process holds the SQLite write lock past the store's wait: the run's last
+    write fails, as on a full disk. No mount needed (the tmpfs chaos test needs one)."""
+    db = tmp_path / "server.db"
+    store = SqliteRunStore(str(db))
+    await store.start()
+    await store.update(_handler("cut", age=5))
+    await store._call(lambda: store._connection.execute("PRAGMA busy_timeout = 50"))  # not 30 s
+    this = _upkeep(store, "sqlite", str(db), tmp_path)
+    locker = sqlite3.connect(db)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(sqlite3.OperationalError):
+            await store.update_handler_status("run-cut", status="completed")
+        [seen] = await store.query(HandlerQuery(handler_id_in=["cut"]))
+        with pytest.raises(sqlite3.OperationalError):
+            await this.sweep(set())  # still locked: nothing written, nothing forgotten
+    finally:
+        locker.rollback()
+        locker.close()
+    await this.sweep(set())
+    stored = sqlite3.connect(db).execute("SELECT status, error FROM handlers WHERE handler_id = 'cut'").fetchone()
+    store.close()
+
+    assert seen.status == "failed" and "could not record it (database is locked)" in seen.error
+    assert stored == ("failed", seen.error)
+    assert store.unrecorded.errors == {}

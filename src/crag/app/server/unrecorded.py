@@ -27,9 +27,10 @@ class UnrecordedEnds:
         """The store refused `handler`'s write; note it if the write was the run's end."""
         if handler.run_id and is_terminal_status(handler.status):
             reason = str(exc) or type(exc).__name__
-            self.errors[handler.run_id] = (
+            self.errors.setdefault(  # the first refusal says how the run ended; the
+                handler.run_id,  # sweep's own refused retries must not rewrite it
                 f"the run ended ({handler.status}) but the {self.kind} run store could not "
-                f"record it ({reason}); its result is lost: ask again"
+                f"record it ({reason}); its result is lost: ask again",
             )
 
     def cleaned(self, handler: PersistentHandler) -> PersistentHandler:
