@@ -99,7 +99,8 @@ def build_server(
     # mid-way after a restart, which a crag run cannot (its state stays in memory; see
     # stores.py), and watches for idle runs, which a crag run never is. 8 ms of server CPU
     # per question of 58 (benchmarks/throughput.py). The SQLite store marks runs a restart cut off
-    # as failed when it starts (SqliteRunStore.start); on shared PostgreSQL they stay running.
+    # as failed when it starts (SqliteRunStore.start); on shared PostgreSQL the heartbeat sweep
+    # does (upkeep.py).
     server = WorkflowServer(workflow_store=store.store, middleware=middleware, runtime=BasicRuntime())
     server.add_workflow(WORKFLOW_NAME, workflow)
     # Ahead of the server's routes, so crag's /health (which says more) answers, not its own.
