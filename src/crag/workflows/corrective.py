@@ -114,8 +114,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             None answers from the first pass only.
         judge: scores how much of the question the kept chunks cover together
             (`LexicalEvaluator` is one); None skips the set judgment.
-        cover: the share of the question the kept chunks must cover together for Correct;
-            a comparison's part that the knowledge covers less than this gets its own hop.
+        cover: the share of the question the kept chunks must cover together for Correct.
         speculative_rewrite: start the query rewrite alongside grading (default) rather
             than after an Incorrect or Ambiguous verdict; wasted only on Correct runs.
         speculative_refine: let a refiner with `prepare` (the strip refiner) score the
@@ -212,7 +211,9 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                 _in_background(prepare(ev.query, ev.chunks))
             grades = await self.grader.grade(ev.query, ev.chunks)
             kept = [c for c, g in zip(ev.chunks, grades) if g.score >= self.lower]
-            coverage = await self._coverage(ev.query, kept) if self.judge is not None else None
+            # The set judgment can only hold back a Correct: below `upper` it would decide nothing.
+            reaches_upper = any(g.score >= self.upper for g in grades)
+            coverage = await self._coverage(ev.query, kept) if self.judge is not None and reaches_upper else None
             verdict = decide_verdict(grades, self.upper, self.lower, coverage=coverage, cover=self.cover)
             await ctx.store.set("grades", list(grades))
             await ctx.store.set("coverage", coverage)
@@ -294,9 +295,13 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         if self.decomposer is None:
             return KnowledgeEvent(strips=strips)
         async with recording(ctx, "hop", ev) as record:
-            questions, parts = await self._further_hops(state, strips, record)
+            parts, follow_ups = await self._further_hops(state, strips, record)
+            questions = list(enumerate(follow_ups, 1))
             if parts:  # a comparison: each part's best strip gets a place in the answer
                 tests = [names_a_subject(p, besides=parts) for p in parts]
+                # A part that no strip is about needs its own hop.
+                questions = [(n, p) for n, (p, about) in enumerate(zip(parts, tests), 1)
+                             if not any(about(s.title) for s in strips)]
                 strips = [s.model_copy(update={"hop": next((n for n, about in enumerate(tests, 1) if about(s.title)), 0)})
                           for s in strips]
             found = await asyncio.gather(*(self._one_hop(q, n, record) for n, q in questions))
@@ -307,12 +312,11 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
 
     async def _further_hops(
         self, state: RunState, strips: list[Strip], record: Any
-    ) -> tuple[list[tuple[int, str]], list[str]]:
-        """The hops to take, numbered, and a comparison's parts ([] for other questions).
+    ) -> tuple[list[str], list[str]]:
+        """A comparison's parts, or else a bridge's next questions; both [] for a simple question.
 
-        A comparison's part needs a hop when no strip is about its own thing; a question
-        describing a thing (a bridge) takes the next hop unless the first pass was judged
-        Correct; a simple question takes none.
+        A question describing a thing (a bridge) takes the next hop unless the first pass was
+        judged Correct.
         """
         assert self.decomposer is not None
         try:
@@ -323,14 +327,11 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
 
     async def _plan(
         self, decomposer: Decomposer, state: RunState, strips: list[Strip]
-    ) -> tuple[list[tuple[int, str]], list[str]]:
+    ) -> tuple[list[str], list[str]]:
         parts = await decomposer.split(state.query)
-        if parts:
-            return [(n, p) for n, p in enumerate(parts, 1)
-                    if not any(names_a_subject(p, besides=parts)(s.title) for s in strips)], parts
-        if state.verdict is Verdict.CORRECT:
-            return [], []
-        return list(enumerate(await decomposer.follow_up(state.query, strips), 1)), []
+        if parts or state.verdict is Verdict.CORRECT:
+            return parts, []
+        return [], await decomposer.follow_up(state.query, strips)
 
     async def _one_hop(self, question: str, number: int, record: Any) -> list[Strip]:
         """One sub-question retrieved and graded as the question was; searched on the web

@@ -64,9 +64,8 @@ def explain(
     if not web and verdict is Verdict.AMBIGUOUS:
         rule += " The answer comes only from the chunks that passed the lower threshold."
     for hop in hops:
-        where = "the documents" if hop["verdict"] == "correct" else (
-            "the web" if hop["verdict"] == "incorrect" and hop["searched"] else
-            "the documents and the web" if hop["searched"] else "the documents")
+        found_in = ([] if hop["verdict"] == "incorrect" else ["the documents"]) + (["the web"] if hop["searched"] else [])
+        where = " and ".join(found_in) or "the documents"
         rule += (f" The question needed another hop: crag also asked “{hop['question']}” "
                  f"(grades {hop['verdict']}; {hop['strips']} strips from {where}).")
     return Explanation(
