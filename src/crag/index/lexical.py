@@ -40,6 +40,8 @@ class BM25:
         built = ChunkTerms.from_texts(texts)._model()
         self._model, self.size, self._vocab = built, len(texts), built.vocab_dict if built else {}
 
+    _saved_in: Path | None = None  # the index folder a loaded BM25 came from, named when it is damaged
+
     @classmethod
     def _of(cls, model: bm25s.BM25 | None, size: int) -> BM25:
         bm25 = cls.__new__(cls)
@@ -47,11 +49,16 @@ class BM25:
         return bm25
 
     @classmethod
-    def load(cls, folder: Path) -> BM25:
-        """The index saved in `folder`, memory-mapped: loading costs the same at any size."""
+    def load(cls, folder: Path, index: Path | None = None) -> BM25:
+        """The index saved in `folder`, memory-mapped: loading costs the same at any size.
+
+        Its arrays are not read until a search, so damage inside them shows then: a search
+        raises `IndexNotFoundError` naming `index` (the index folder) when one is given."""
         model = bm25s.BM25.load(str(folder), mmap=True)
         size = int(json.loads((folder / "params.index.json").read_text(encoding="utf-8"))["num_docs"])
-        return cls._of(model, size)
+        bm25 = cls._of(model, size)
+        bm25._saved_in = index
+        return bm25
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -62,7 +69,12 @@ class BM25:
         ids = [self._vocab[t] for t in terms(query) if t in self._vocab]
         if not ids or self._model is None:
             return np.zeros(self.size, dtype=np.float32)
-        return self._model.get_scores(ids)
+        try:
+            return self._model.get_scores(ids)
+        except (IndexError, ValueError) as exc:  # only a damaged saved array points outside itself
+            if self._saved_in is None:
+                raise
+            raise IndexNotFoundError.damaged(self._saved_in, f"is unreadable (lexical/bm25: {type(exc).__name__})") from None
 
     def top(self, query: str, k: int) -> list[tuple[int, float]]:
         """The `k` best (position, score) pairs with a positive score, best first."""
@@ -186,7 +198,7 @@ class LexicalIndex:
         if self._bm25 is None:
             with self._reading("lexical/bm25"):
                 exists = (self.folder / "bm25" / "params.index.json").exists()
-                self._bm25 = BM25.load(self.folder / "bm25") if exists else BM25._of(None, self._chunks())
+                self._bm25 = BM25.load(self.folder / "bm25", self._index) if exists else BM25._of(None, self._chunks())
         return self._bm25
 
     @property
