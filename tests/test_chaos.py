@@ -123,6 +123,9 @@ def _fill(disk: Path) -> Path:
 
 
 def _start_runs(url: str, n: int) -> list[str]:
+    """`n` runs started on a server whose store is healthy (its first probe, made while it was
+    still loading, may have said 503)."""
+    _healthy_again(url)
     ids = [httpx.post(f"{url}/workflows/crag/run-nowait", json=QUESTION, timeout=10).json()["handler_id"]
            for _ in range(n)]
     time.sleep(0.5)
