@@ -50,6 +50,41 @@ def test_evaluator_is_absolute_when_nothing_relevant_was_retrieved() -> None:
     assert evaluator.score("", CORPUS[0]) == 0.0
 
 
+def titled(text: str, title: str) -> NodeWithScore:
+    return NodeWithScore(node=TextNode(id_=title, text=text, metadata={"title": title}), score=1.0)
+
+
+# A bridge question names one passage and describes the other: the named one answers only
+# half of it, in words, yet it is the very passage the question is about.
+BRIDGE = "Where is the rock band that recorded Reflektor based?"
+REFLEKTOR = "Reflektor is the fourth studio album by the Canadian indie rock band Arcade Fire."
+NAMESAKE = "Reflektor is a 2014 film about a lighthouse keeper and his rock band."
+WORDS = TermStats.from_texts([REFLEKTOR, *CORPUS, *(f"The rock band played night {i}." for i in range(20))])
+
+
+def test_a_question_naming_the_document_closes_half_the_gap_to_one() -> None:
+    evaluator = LexicalEvaluator(WORDS)
+    plain = evaluator.score(BRIDGE, REFLEKTOR)
+    named = evaluator.score(BRIDGE, REFLEKTOR, subject="Reflektor")
+    assert named == round(plain + 0.5 * (1 - plain), 4)
+    assert LexicalEvaluator(WORDS, named=0.0).score(BRIDGE, REFLEKTOR, subject="Reflektor") == plain
+
+
+async def test_a_title_of_common_words_or_a_namesake_qualifier_is_not_named() -> None:
+    evaluator = LexicalEvaluator(WORDS)
+    (common,) = await evaluator.grade(BRIDGE, [titled("The band toured.", "Rock band")])
+    assert common.score == evaluator.score(BRIDGE, "The band toured.", "Rock band")
+    assert not evaluator.names_document(BRIDGE, "Reflektor (film)")
+    assert evaluator.names_document(BRIDGE, "Reflektor")
+    (album, film) = await evaluator.grade(BRIDGE, [titled(REFLEKTOR, "Reflektor"), titled(NAMESAKE, "Reflektor (film)")])
+    assert album.score > film.score
+
+
+def test_a_named_document_still_scores_low_for_a_question_about_something_else() -> None:
+    evaluator = LexicalEvaluator(WORDS)
+    assert evaluator.score("When was the Eiffel Tower completed?", REFLEKTOR, subject="Reflektor") < 0.2
+
+
 async def test_llm_grader_grades_all_chunks_concurrently() -> None:
     llm = FakeLLM(reply=lambda prompt: "8" if "Eiffel" in prompt.split("Document:")[1] else "1", latency=0.2)
     grader = LLMGrader(llm, fallback=LexicalEvaluator(TermStats.from_texts(CORPUS)), concurrency=8)

@@ -154,6 +154,13 @@ class TermStats:
             known = self._idf[term] = math.log(1.0 + (n + 1) / (self.doc_freq.get(term, 0) + 0.5))
         return known
 
+    def has_rare(self, terms: Iterable[str], *, common: float = 0.01, floor: int = 5) -> bool:
+        """Whether some term is rare: in at most `common` of the chunks, or `floor` of them in a
+        small corpus. A name with a rare word names one thing ("Crater Lake"); a name of common
+        words only ("American", "Normans" in a history of the Normans) names many passages."""
+        limit = max(float(floor), common * self.num_docs)
+        return any(self.doc_freq.get(t, 0) <= limit for t in terms)
+
     def __post_init__(self) -> None:
         self._idf: dict[str, float] = {}
 

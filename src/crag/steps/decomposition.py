@@ -100,8 +100,7 @@ class RuleDecomposer:
     def _rare(self, name: str) -> bool:
         if self.stats is None or not self.stats.num_docs:
             return True
-        limit = max(5.0, self.common * self.stats.num_docs)
-        return any(self.stats.doc_freq.get(t, 0) <= limit for t in terms(name))
+        return self.stats.has_rare(terms(name), common=self.common)
 
     async def split(self, query: str) -> list[str]:
         return split_comparison(query)
