@@ -95,6 +95,9 @@ def build_workflow(
     defaults.update({k: v for k, v in components.items() if v is not None})
     workflow = CorrectiveRAGWorkflow(
         **defaults,
+        # When the model's decomposition fails, the rules stand in: with the corpus's statistics,
+        # so that they too skip names of common words.
+        fallback_decomposer=RuleDecomposer(index.term_stats),
         upper=settings.grader.upper,
         lower=settings.grader.lower,
         # The set judgment is lexical: it checks lexical grades, and would overrule another grader's.
