@@ -1,0 +1,219 @@
+"""Grades a model gave, kept beside the index: the same question about the same chunk costs no
+second call.
+
+A grade is keyed by everything that could change it: the grader's kind, the model, the prompt's
+version, the question (normalised: case and spacing do not matter) and the chunk's text (its
+hash, so a re-ingested chunk with new text never gets an old grade). The cache is one SQLite file
+in WAL mode, shared safely by several processes; it keeps at most `max_entries` grades and drops
+the least recently used first.
+
+A cache is a convenience, never a reason for a question to fail: a corrupt file is set aside
+(renamed, with one warning) and a fresh one started; a cache that cannot be opened or written at
+all is switched off for the process, with one warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "grades.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS grades (
+    key TEXT PRIMARY KEY,
+    score REAL NOT NULL,
+    used REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS grades_used ON grades (used);
+"""
+
+
+def normalise_question(question: str) -> str:
+    """The question as the cache sees it: case-folded, spacing collapsed, end punctuation dropped."""
+    return re.sub(r"\s+", " ", question).strip().rstrip("?!. ").casefold()
+
+
+def grade_key(*, grader: str, model: str, prompt_version: str, question: str, content: str) -> str:
+    """The cache key of one grade: a hash over everything that could change the grade."""
+    parts = (grader, model, prompt_version, normalise_question(question), content)
+    digest = hashlib.sha256()
+    for part in parts:
+        encoded = part.encode("utf-8", "surrogatepass")
+        digest.update(len(encoded).to_bytes(8, "big"))  # length-prefixed: no two tuples collide
+        digest.update(encoded)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """What `crag cache stats` prints."""
+
+    path: Path
+    entries: int
+    max_entries: int
+    bytes: int
+    enabled: bool
+
+
+class GradeCache:
+    """A bounded, persistent map from `grade_key` to a score in [0, 1].
+
+    Methods are synchronous and quick (one indexed SQLite statement each); call them off the
+    event loop (`crag._offload.off_loop`).
+    """
+
+    def __init__(self, path: Path, *, max_entries: int = 100_000, timeout: float = 5.0) -> None:
+        if max_entries <= 0:
+            raise ValueError(f"max_entries must be positive, not {max_entries}")
+        self.path = Path(path)
+        self.max_entries = max_entries
+        self.timeout = timeout
+        self.enabled = True
+        self._local = threading.local()  # one connection per thread: sqlite3 objects are not shared
+        self._lock = threading.Lock()
+
+    # -- reading and writing ---------------------------------------------------------------
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, float]:
+        """The cached scores among `keys` (a miss is absent); hits count as recently used."""
+        keys = list(dict.fromkeys(keys))
+        if not keys or not self.enabled:
+            return {}
+        found: dict[str, float] = {}
+
+        def read(db: sqlite3.Connection) -> None:
+            for start in range(0, len(keys), 500):  # SQLite's limit on bound parameters
+                batch = keys[start : start + 500]
+                marks = ",".join("?" * len(batch))
+                rows = db.execute(f"SELECT key, score FROM grades WHERE key IN ({marks})", batch)
+                found.update({key: float(score) for key, score in rows})
+            if found:
+                now = time.time()
+                db.executemany("UPDATE grades SET used = ? WHERE key = ?", [(now, k) for k in found])
+
+        self._transaction(read)
+        return found
+
+    def put_many(self, scores: Mapping[str, float]) -> None:
+        """Keep `scores`; past `max_entries`, the least recently used grades go first."""
+        if not scores or not self.enabled:
+            return
+        now = time.time()
+        rows = [(key, min(max(float(score), 0.0), 1.0), now) for key, score in scores.items()]
+
+        def write(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "INSERT INTO grades (key, score, used) VALUES (?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET score = excluded.score, used = excluded.used",
+                rows,
+            )
+            (count,) = db.execute("SELECT COUNT(*) FROM grades").fetchone()
+            if count > self.max_entries:
+                db.execute(
+                    "DELETE FROM grades WHERE key IN (SELECT key FROM grades ORDER BY used LIMIT ?)",
+                    (count - self.max_entries,),
+                )
+
+        self._transaction(write)
+
+    def clear(self) -> int:
+        """Forget every grade; the number forgotten."""
+        removed: list[int] = [0]
+
+        def wipe(db: sqlite3.Connection) -> None:
+            removed[0] = db.execute("DELETE FROM grades").rowcount
+
+        self._transaction(wipe)
+        return removed[0]
+
+    def stats(self) -> CacheStats:
+        entries: list[int] = [0]
+
+        def count(db: sqlite3.Connection) -> None:
+            entries[0] = db.execute("SELECT COUNT(*) FROM grades").fetchone()[0]
+
+        if self.enabled:
+            self._transaction(count)
+        size = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
+        return CacheStats(self.path, entries[0], self.max_entries, size, self.enabled)
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    # -- the file, and what goes wrong with it ----------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")  # readers never wait on a writer in another process
+            db.execute("PRAGMA synchronous=NORMAL")  # a lost grade costs one call, not data
+            db.executescript(_SCHEMA)
+            self._local.db = db
+        return db
+
+    def _transaction(self, work) -> None:  # noqa: ANN001 - a function of one connection
+        for attempt in range(2):
+            try:
+                db = self._connect()
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    work(db)
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+                return
+            except sqlite3.DatabaseError as exc:
+                self.close()
+                if attempt == 0 and _is_corruption(exc) and self._set_aside(exc):
+                    continue  # a fresh file: try once more
+                self._switch_off(exc)
+                return
+            except OSError as exc:
+                self.close()
+                self._switch_off(exc)
+                return
+
+    def _set_aside(self, exc: BaseException) -> bool:
+        """Move a damaged cache file out of the way; True when a fresh one can be started."""
+        with self._lock:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+            try:
+                if self.path.exists():
+                    self.path.replace(aside)
+                for extra in ("-wal", "-shm"):
+                    Path(str(self.path) + extra).unlink(missing_ok=True)
+            except OSError:
+                return False
+        log.warning("grade cache %s was damaged (%s): set aside as %s; starting a new one",
+                    self.path, exc, aside.name)
+        return True
+
+    def _switch_off(self, exc: BaseException) -> None:
+        if self.enabled:
+            self.enabled = False
+            log.warning("grade cache %s cannot be used (%s): grading goes on without it",
+                        self.path, exc)
+
+
+def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    """A damaged file, as opposed to a busy one (another process holding the lock too long)."""
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower():
+        return False
+    text = str(exc).lower()
+    return any(word in text for word in ("malformed", "not a database", "corrupt", "disk image"))
