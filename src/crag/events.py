@@ -30,6 +30,7 @@ class Grade(BaseModel):
     score: float = Field(ge=0.0, le=1.0, description="Relevance in [0, 1]; higher is more relevant.")
     grader: str = Field(description="Which component produced the score.")
     note: str | None = Field(default=None, description="Why a fallback was used, if one was.")
+    cached: bool = Field(default=False, description="Read from the grade cache: no model call made.")
 
 
 class Strip(BaseModel):

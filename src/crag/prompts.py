@@ -41,3 +41,11 @@ FOLLOW_UP_PROMPT = PromptTemplate(
     "short search query about that thing that would. Otherwise reply NONE.\n"
     "Reply with the query or NONE only."
 )
+
+BATCH_GRADE_PROMPT = PromptTemplate(
+    "You grade whether each retrieved document helps answer a question.\n"
+    "Question: {query}\n\n"
+    "Documents:\n{documents}\n\n"
+    "Rate each of the {count} documents from 0 (unrelated) to 10 (it contains the answer).\n"
+    "Reply with a JSON list of {count} numbers only, in the documents' order, e.g. [7, 0, 3]."
+)

@@ -37,6 +37,8 @@ class StepRecord(BaseModel):
     search_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated_tokens: bool = False  # some token counts were counted here, the server gave none
+    cache_hits: int = 0  # grades read from the grade cache instead of asking the model
     error: str | None = None
     degraded: str | None = None
     details: dict[str, Any] = Field(
@@ -171,6 +173,13 @@ def note_degraded(message: str) -> None:
     record = _current_step.get()
     if record is not None:
         record.degraded = f"{record.degraded}; {message}" if record.degraded else message
+
+
+def note_cache_hits(count: int) -> None:
+    """Count grades the running step read from the grade cache (no-op outside a step)."""
+    record = _current_step.get()
+    if record is not None:
+        record.cache_hits += count
 
 
 def note_dropped(strips: list[Any]) -> None:
