@@ -236,7 +236,7 @@ class _CheckedReplies:
         data = reply.json()
         choice = data["choices"][0]
         found = choice["message"]
-        usage = self._get_response_token_counts(data)  # type: ignore[attr-defined]
+        usage = _reported_usage(data)
         if _plain_text(choice, found):
             text = found.get("content")
             blocks = [TextBlock(text=text)] if text else []
@@ -269,6 +269,15 @@ class _CheckedReplies:
                 "The model server's reply is not a chat completion with choices[0].message: "
                 f"{type(exc).__name__}: {redact(str(exc))[:200]}"
             ) from None
+
+
+def _reported_usage(data: dict[str, Any]) -> dict[str, int]:
+    """The token counts the server reported; none when it sent no `usage` (llama-index would
+    say 0, which reads as a free call rather than an uncounted one)."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return {}
+    return {key: int(usage.get(key) or 0) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
 
 
 def _plain_text(choice: dict[str, Any], message: dict[str, Any]) -> bool:

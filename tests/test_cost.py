@@ -1,0 +1,111 @@
+"""A model's cost: tokens counted call for call, a budget never exceeded, the record it adds up to."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.schema import NodeWithScore, TextNode
+from loopback import LoopbackServer, Reply, chat_completion, message_text
+
+from crag.budget import Budget, BudgetReached, spending
+from crag.budgeted_llm import BudgetedLLM
+from crag.config import Settings
+from crag.cost import CostRecord, cost_of, count_tokens, total
+from crag.models import openai_llm
+from crag.steps.grading import LLMGrader
+from crag.testing import FakeLLM, FixedGrader
+from crag.trace import StepRecord, attributing_calls_to, install_llm_call_counter
+
+QUERY = "How long is the Helio H10 warranty?"
+
+
+def chunks(n: int) -> list[NodeWithScore]:
+    return [NodeWithScore(node=TextNode(id_=f"c{i}", text=f"chunk {i}"), score=1.0) for i in range(n)]
+
+
+def step(name: str, **counts: int) -> StepRecord:
+    return StepRecord(name=name, input_event="E", started=0.0, **counts)
+
+
+def test_the_record_adds_steps_up_and_prices_tokens_per_million() -> None:
+    record = cost_of(
+        [step("grade", llm_calls=5, prompt_tokens=1000, completion_tokens=10, cache_hits=0),
+         step("retrieve"),
+         step("synthesize", llm_calls=1, prompt_tokens=2000, completion_tokens=90)],
+        price_in=0.15, price_out=0.60,
+    )
+    assert (record.calls, record.tokens_in, record.tokens_out) == (6, 3000, 100)
+    assert set(record.per_step) == {"grade", "synthesize"}, "a step with no calls is left out"
+    assert record.money == pytest.approx((3000 * 0.15 + 100 * 0.60) / 1e6)
+    assert record.line().startswith("cost: 6 model calls, 3,000 tokens in, 100 out")
+
+
+def test_without_prices_there_is_no_money_and_totals_add_runs() -> None:
+    one = cost_of([step("grade", llm_calls=2, prompt_tokens=10, completion_tokens=2)])
+    assert one.money is None
+    both = total([one, one])
+    assert (both.calls, both.tokens_in, both.per_step["grade"].calls) == (4, 20, 4)
+    assert CostRecord.model_validate_json(both.model_dump_json()) == both
+
+
+async def test_a_budget_is_never_exceeded_by_concurrent_grading() -> None:
+    llm = FakeLLM(reply=lambda prompt: "9", latency=0.01)
+    grader = LLMGrader(BudgetedLLM(llm=llm), fallback=FixedGrader(0.2), concurrency=8)
+    budget = Budget(calls=2)
+    with spending(budget):
+        grades = await grader.grade(QUERY, chunks(5))
+    assert len(llm.calls) == 2
+    assert sorted(g.score for g in grades) == [0.2, 0.2, 0.2, 0.9, 0.9]
+    assert all("BudgetReached" in g.note for g in grades if g.score == 0.2)
+    assert "budget" in budget.note() and "3 model call(s) not made" in budget.note()
+
+
+async def test_a_token_budget_refuses_the_call_after_it_is_spent() -> None:
+    llm = BudgetedLLM(llm=FakeLLM(reply=lambda prompt: "a reply of several words"))
+    budget = Budget(tokens=5)
+    with spending(budget):
+        await llm.achat([ChatMessage(role="user", content="a question")])
+        with pytest.raises(BudgetReached, match="tokens"):
+            await llm.achat([ChatMessage(role="user", content="another")])
+    assert budget.spent_calls == 1 and budget.spent_tokens >= 5
+
+
+async def test_outside_a_budget_calls_are_not_limited() -> None:
+    llm = FakeLLM(reply=lambda prompt: "ok")
+    budgeted = BudgetedLLM(llm=llm)
+    await asyncio.gather(*(budgeted.achat([ChatMessage(role="user", content="q")]) for _ in range(3)))
+    assert len(llm.calls) == 3
+
+
+def _openai(server: LoopbackServer):  # noqa: ANN202
+    settings = Settings.load(env={"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": "sk-test"})
+    return openai_llm(settings.llm)
+
+
+def _no_usage(request):  # noqa: ANN001, ANN202
+    body = chat_completion("eight", model="m", prompt_text=message_text(request))
+    del body["usage"]
+    return Reply(200, body)
+
+
+async def test_tokens_are_the_servers_figures_call_for_call() -> None:
+    install_llm_call_counter()
+    with LoopbackServer(lambda r: Reply(200, chat_completion("8", model="m", prompt_text=message_text(r)))) as server:
+        record = step("grade")
+        with attributing_calls_to(record):
+            await _openai(server).achat([ChatMessage(role="user", content="one two three")])
+    assert (record.llm_calls, record.prompt_tokens, record.completion_tokens) == (1, 3, 1)
+    assert not record.estimated_tokens
+
+
+async def test_usage_missing_from_a_response_is_counted_here_and_marked_estimated() -> None:
+    install_llm_call_counter()
+    with LoopbackServer(_no_usage) as server:
+        record = step("grade")
+        with attributing_calls_to(record):
+            await _openai(server).achat([ChatMessage(role="user", content="one two three")])
+    assert record.estimated_tokens
+    assert record.prompt_tokens == count_tokens("one two three") and record.completion_tokens == count_tokens("eight")
+    assert cost_of([record]).estimated
