@@ -25,6 +25,7 @@ import throughput  # noqa: E402 - the fake model server
 from llama_index.core.llms import ChatMessage  # noqa: E402
 
 from crag import models  # noqa: E402
+from crag.models import http_pools  # noqa: E402
 from crag.config import LLMSettings  # noqa: E402
 
 
@@ -41,9 +42,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1400)
     parser.add_argument("--latency", type=float, default=0.05)
-    parser.add_argument("--pools", type=int, default=models.POOL_SHARDS)
+    parser.add_argument("--pools", type=int, default=http_pools.POOL_SHARDS)
     args = parser.parse_args()
-    models.POOL_SHARDS = args.pools
+    http_pools.POOL_SHARDS = args.pools
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.jsonl"
         corpus.write_text('{"doc_id": "a", "title": "t", "text": "x"}\n', encoding="utf-8")

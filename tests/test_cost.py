@@ -10,10 +10,9 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from loopback import LoopbackServer, Reply, chat_completion, message_text
 
 from crag.budget import Budget, BudgetReached, spending
-from crag.budgeted_llm import BudgetedLLM
 from crag.config import Settings
 from crag.cost import CostRecord, cost_of, count_tokens, total
-from crag.models import openai_llm
+from crag.models import BudgetedLLM, openai_llm
 from crag.steps.grading import LLMGrader
 from crag.testing import FakeLLM, FixedGrader
 from crag.trace import StepRecord, attributing_calls_to, install_llm_call_counter

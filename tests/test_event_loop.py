@@ -16,7 +16,7 @@ from blockbuster import BlockingError
 from pydantic import PrivateAttr
 
 import crag.index.lexical
-import crag.models
+import crag.models.local
 import crag.steps.web_search
 import crag.text
 from crag import Settings
@@ -117,7 +117,7 @@ def test_a_built_workflow_has_loaded_everything_a_run_needs(
     def loading(*args: object, **kwargs: object) -> None:
         raise AssertionError("a run loaded what the build should have")
 
-    monkeypatch.setattr(crag.models, "_bundled_wordllama", loading)
+    monkeypatch.setattr(crag.models.local, "_bundled_wordllama", loading)
     monkeypatch.setattr("nltk.tokenize.PunktTokenizer", loading)
     monkeypatch.setattr(crag.index.lexical, "BM25", loading)
     monkeypatch.setattr(crag.steps.web_search, "BM25", loading)

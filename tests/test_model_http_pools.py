@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from crag.models import MAX_IN_FLIGHT, _async_http_client, _pool_shards
+from crag.models.http_pools import MAX_IN_FLIGHT, async_http_client, pool_shards
 
 
 class HeldPool(httpx.AsyncBaseTransport):
@@ -36,7 +36,7 @@ async def _until(condition: Callable[[], bool]) -> None:
 
 async def test_each_call_goes_to_the_pool_with_fewest_in_flight() -> None:
     pools = [HeldPool("a"), HeldPool("b"), HeldPool("c")]
-    async with httpx.AsyncClient(transport=_pool_shards()(pools)) as client:
+    async with httpx.AsyncClient(transport=pool_shards()(pools)) as client:
         first = [asyncio.create_task(client.get("http://model/v1")) for _ in range(3)]
         await _until(lambda: sum(len(p.waiting) for p in pools) == 3)
         assert [len(p.waiting) for p in pools] == [1, 1, 1]
@@ -57,7 +57,7 @@ async def test_a_pools_error_reaches_the_caller_unchanged() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
-    shards = _pool_shards()([httpx.MockTransport(refuse)])
+    shards = pool_shards()([httpx.MockTransport(refuse)])
     async with httpx.AsyncClient(transport=shards) as client:
         with pytest.raises(httpx.ConnectError, match="connection refused"):
             await client.get("http://model/v1")
@@ -65,5 +65,5 @@ async def test_a_pools_error_reaches_the_caller_unchanged() -> None:
 
 
 def test_the_model_client_has_a_pool_for_each_call_crag_lets_fly() -> None:
-    transport = _async_http_client()._transport
-    assert isinstance(transport, _pool_shards()) and len(transport.pools) == MAX_IN_FLIGHT
+    transport = async_http_client()._transport
+    assert isinstance(transport, pool_shards()) and len(transport.pools) == MAX_IN_FLIGHT

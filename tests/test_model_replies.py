@@ -47,9 +47,9 @@ async def test_a_reply_with_tool_calls_goes_through_the_sdk_models() -> None:
 
 
 def test_empty_extra_fields_still_make_a_text_reply() -> None:
-    from crag.models import _plain_text
+    from crag._compat.openai import plain_text
 
     vllm = {"role": "assistant", "content": "Yes.", "tool_calls": [], "reasoning_content": None}
-    assert _plain_text({"logprobs": None}, vllm)
-    assert not _plain_text({"logprobs": None}, {**vllm, "reasoning_content": "hmm"})
-    assert not _plain_text({"logprobs": {"content": []}}, {"role": "assistant", "content": "x"})
+    assert plain_text({"logprobs": None}, vllm)
+    assert not plain_text({"logprobs": None}, {**vllm, "reasoning_content": "hmm"})
+    assert not plain_text({"logprobs": {"content": []}}, {"role": "assistant", "content": "x"})

@@ -10,6 +10,8 @@ from importlib import import_module as _import_module
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from crag import display as _display
+
 _WHERE = {
     "Settings": "crag.config",
     "ConfigError": "crag.errors",
@@ -39,7 +41,7 @@ _WHERE = {
     "WebSearch": "crag.interfaces",
     "CorrectiveRAGWorkflow": "crag.workflows",
     "build_workflow": "crag.workflows.factory",
-    "run_sync": "crag.workflows.corrective",
+    "run_sync": "crag._offload",
 }
 
 __all__ = [
@@ -75,6 +77,24 @@ __all__ = [
 ]
 
 
+def _run_html(result: _Any) -> str | None:
+    from crag.app.render.notebook import run_html  # drawing is the app's; loaded when shown
+
+    return run_html(result)
+
+
+def _workflow_html(workflow: _Any) -> str:
+    from crag.app.render.notebook import workflow_html
+
+    return workflow_html(workflow)
+
+
+# Notebooks show runs and workflows through these: the low modules that define them ask
+# crag.display by kind, so none imports the app's drawing code.
+_display.register_html("run", _run_html)
+_display.register_html("workflow", _workflow_html)
+
+
 def __getattr__(name: str) -> _Any:
     module = _WHERE.get(name)
     if module is None:
@@ -89,6 +109,7 @@ def __dir__() -> list[str]:
 
 
 if _TYPE_CHECKING:
+    from crag._offload import run_sync
     from crag.config import Settings
     from crag.errors import (
         ConfigError,
@@ -106,7 +127,14 @@ if _TYPE_CHECKING:
     from crag.events import CragResult, Grade, Source, Strip, Verdict
     from crag.index import ChunkIndex
     from crag.ingestion import ingest
-    from crag.interfaces import Decomposer, Grader, QueryRewriter, Refiner, Retriever, Synthesizer, WebSearch
+    from crag.interfaces import (
+        Decomposer,
+        Grader,
+        QueryRewriter,
+        Refiner,
+        Retriever,
+        Synthesizer,
+        WebSearch,
+    )
     from crag.workflows import CorrectiveRAGWorkflow
-    from crag.workflows.corrective import run_sync
     from crag.workflows.factory import build_workflow

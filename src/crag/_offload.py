@@ -1,7 +1,8 @@
 """Keeping the event loop free: load before the first step, compute off the loop.
 
 `warm_up(*components)` loads what components would otherwise load lazily in a step;
-`off_loop(function, ...)` runs a step's CPU-bound work in a few threads shared by every run.
+`off_loop(function, ...)` runs a step's CPU-bound work in a few threads shared by every run;
+`run_sync(start)` runs async work to completion from synchronous code.
 
 Why not `asyncio.to_thread`: its default executor has up to `cores + 4` threads, and more
 Python threads than cores only fight over the GIL, which the event-loop thread then waits
@@ -13,11 +14,12 @@ loop was late by 64 ms at p99 with one worker per core, 172 ms with `to_thread`,
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
@@ -60,3 +62,21 @@ def warm_up(*components: object) -> None:
         warm = getattr(component, "warm_up", None)
         if callable(warm):
             warm()
+
+
+def run_sync(start: Callable[[], Awaitable[T]]) -> T:
+    """Run `start()` to completion from synchronous code, with or without a running loop.
+
+    Inside a running loop (Jupyter), the work runs on a fresh loop in a worker thread
+    rather than patching the running loop re-entrantly as nest_asyncio does.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(start))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _await(start)).result()
+
+
+async def _await(start: Callable[[], Awaitable[T]]) -> T:
+    return await start()

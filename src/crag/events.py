@@ -84,14 +84,9 @@ class CragResult(BaseModel):
     def _repr_html_(self) -> str | None:
         """In Jupyter, the run explained: why its verdict, its answer and sources, its path on
         the corrective workflow's graph (inline HTML and SVG, nothing fetched)."""
-        from crag.app.render import trace_html  # drawing is the app's; imported only when shown
-        from crag.errors import TraceError
-        from crag.workflows.corrective import CorrectiveRAGWorkflow
+        from crag.display import html
 
-        try:
-            return trace_html(CorrectiveRAGWorkflow, self.trace, title=f"crag run: {self.verdict}")
-        except TraceError:  # another workflow's steps: the text repr will do
-            return None
+        return html("run", self)
 
 
 class QueryStartEvent(StartEvent):

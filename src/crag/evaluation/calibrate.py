@@ -208,7 +208,7 @@ def calibrate(
     decimals: int = 3,
 ) -> Calibration:
     """Fit `upper` and `lower` on the pooled labelled pairs of every (questions, corpus) pair."""
-    from crag.workflows.corrective import run_sync
+    from crag._offload import run_sync
 
     return run_sync(
         lambda: acalibrate(

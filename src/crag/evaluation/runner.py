@@ -133,7 +133,7 @@ class EvalRun:
 
 def evaluate(options: EvalOptions, settings: Settings, *, progress: bool | None = None) -> EvalRun:
     """Run an evaluation to completion from synchronous code (the CLI, or a notebook cell)."""
-    from crag.workflows.corrective import run_sync
+    from crag._offload import run_sync
 
     return run_sync(lambda: aevaluate(options, settings, progress=progress))
 

@@ -114,7 +114,7 @@ class LLMSummarizer:
         self.summary_query = summary_query
 
     def __call__(self, documents: list[Document]) -> dict[str, str]:
-        from crag.workflows.corrective import run_sync
+        from crag._offload import run_sync
 
         return run_sync(lambda: self.asummarize(documents))
 

@@ -18,22 +18,20 @@ benchmarks/throughput.py for what a run costs the server.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, Field
 from workflows import Context, Workflow
 
+from crag._offload import run_sync
 from crag.errors import CragError, QueryError, StepError, redact
 from crag.events import CragResult, StepProgressEvent
 from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
 
 MAX_QUERY_CHARS = 4000
-T = TypeVar("T")
 
 
 class RecordedState(BaseModel):
@@ -59,11 +57,11 @@ class RecordedWorkflow(Workflow):
         """Run synchronously; works inside a running event loop too (e.g. a notebook cell)."""
         return run_sync(lambda: self.run(query=query))
 
-    def _repr_html_(self) -> str:
+    def _repr_html_(self) -> str | None:
         """In Jupyter, the workflow's graph: every possible flow, inline SVG, nothing fetched."""
-        from crag.app.render import graph_html  # drawing is the app's; imported only when shown
+        from crag.display import html
 
-        return graph_html(self, title=type(self).__name__)
+        return html("workflow", self)
 
     def _get_steps(self) -> dict[str, Any]:
         # The engine looks the steps up (inspect.getmembers over the whole instance) each
@@ -130,21 +128,3 @@ def run_trace(state: RecordedState, query: str, verdict: str | None) -> RunTrace
 def describe(exc: BaseException) -> str:
     """One line for the trace and `degraded`, without API keys (an error body may echo one)."""
     return redact(f"{type(exc).__name__}: {exc}")[:300]
-
-
-def run_sync(start: Callable[[], Awaitable[T]]) -> T:
-    """Run `start()` to completion from synchronous code, with or without a running loop.
-
-    Inside a running loop (Jupyter), the work runs on a fresh loop in a worker thread
-    rather than patching the running loop re-entrantly as nest_asyncio does.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(_await(start))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, _await(start)).result()
-
-
-async def _await(start: Callable[[], Awaitable[T]]) -> T:
-    return await start()

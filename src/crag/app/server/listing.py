@@ -21,11 +21,11 @@ import sqlite3
 from typing import Any
 
 from llama_agents.server import AbstractWorkflowStore, HandlerQuery, PersistentHandler
-from llama_agents.server._service import handler_data_from_persistent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from crag._compat.llama_agents import handler_data_from_persistent
 from crag.app.server.bounded import given_up_after
 from crag.app.server.stores import POSTGRES_TIMEOUT, PostgresRunStore, SqliteRunStore
 

@@ -21,15 +21,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from llama_agents.client.protocol.serializable_events import EventEnvelopeWithMetadata
-from llama_agents.server import AbstractWorkflowStore, PersistentHandler, SqliteWorkflowStore
-from llama_agents.server._runtime.persistence_runtime import RESUME_FRESH_HANDLER_GRACE
-from llama_agents.server._store.abstract_workflow_store import (
+from llama_agents.server import (
+    AbstractWorkflowStore,
     HandlerQuery,
-    StoredEvent,
-    StoredTick,
-    is_terminal_status,
+    PersistentHandler,
+    SqliteWorkflowStore,
 )
-from llama_agents.server._store.postgres_workflow_store import PostgresWorkflowStore
 from workflows.context.serializers import BaseSerializer
 from workflows.context.state_store import DictState, InMemoryStateStore
 from workflows.events import (
@@ -40,6 +37,13 @@ from workflows.events import (
     WorkflowTimedOutEvent,
 )
 
+from crag._compat.llama_agents import (
+    RESUME_FRESH_HANDLER_GRACE,
+    PostgresWorkflowStore,
+    StoredEvent,
+    StoredTick,
+    is_terminal_status,
+)
 from crag.app.server.bounded import given_up_after
 from crag.app.server.unrecorded import UnrecordedEnds
 from crag.app.server.writer import StoreThread

@@ -13,7 +13,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from llama_agents.server import PersistentHandler
-from llama_agents.server._store.abstract_workflow_store import is_terminal_status
+
+from crag._compat.llama_agents import is_terminal_status
 
 
 class UnrecordedEnds:

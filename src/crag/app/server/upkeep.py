@@ -31,8 +31,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from llama_agents.server import AbstractWorkflowStore
-from llama_agents.server._store.abstract_workflow_store import HandlerQuery
+from llama_agents.server import AbstractWorkflowStore, HandlerQuery
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 

@@ -295,7 +295,7 @@ class AgenticChunker(NodeParser):
 
     def _parse_nodes(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> list[BaseNode]:
         if self.llm is not None:
-            from crag.workflows.corrective import run_sync
+            from crag._offload import run_sync
 
             return run_sync(lambda: self._aparse_nodes(nodes))
         docs = [n for n in nodes if n.get_content().strip()]

@@ -1,0 +1,63 @@
+"""The configured chat model: OpenAI, or any OpenAI-compatible server, built once and lazily."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from llama_index.core.llms import LLM
+
+from crag._compat.openai import checked_classes
+from crag.config import LLMSettings
+from crag.errors import ConfigError, register_secret
+from crag.models.http_pools import MAX_IN_FLIGHT, async_http_client
+
+
+class LLMFactory:
+    """Builds the configured chat model lazily, once."""
+
+    def __init__(self, settings: LLMSettings) -> None:
+        self.settings = settings
+
+    @cached_property
+    def llm(self) -> LLM:
+        return openai_llm(self.settings)
+
+
+def openai_llm(settings: LLMSettings) -> LLM:
+    """OpenAI, or any OpenAI-compatible server (vLLM, Ollama, llama.cpp) when `base_url` is set.
+
+    One layer of retries: the openai client's own (`max_retries` attempts after the first,
+    exponential backoff with jitter, honouring Retry-After), each attempt bounded by
+    `timeout`. llama-index's extra retry loop around it is switched off; left on, it
+    multiplied the attempts ((1 + n) * n) and waited 1-20 s between its rounds.
+    """
+    if not settings.api_key and not settings.base_url:
+        raise ConfigError(
+            "An LLM component was chosen but no model is configured: set OPENAI_API_KEY, "
+            "or OPENAI_BASE_URL / [llm] base_url for an OpenAI-compatible server."
+        )
+    api_key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
+    if settings.api_key:
+        register_secret(api_key)
+    common: dict[str, Any] = dict(
+        model=settings.model,
+        api_key=api_key,
+        temperature=0.0,
+        timeout=settings.timeout,
+        max_retries=0,  # llama-index's retry loop; the client's are set below
+    )
+    checked_openai, checked_openai_like = checked_classes()
+    if settings.base_url:
+        llm: Any = checked_openai_like(
+            api_base=settings.base_url,
+            is_chat_model=True,
+            context_window=settings.context_window,
+            **common,
+        )
+    else:
+        llm = checked_openai(**common)
+    llm._client_retries = settings.max_retries
+    llm._max_in_flight = MAX_IN_FLIGHT
+    llm._new_http_client = async_http_client
+    return llm
