@@ -58,6 +58,12 @@ def sample_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture
+def own_sample_index_dir(sample_index_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the sample index for one test, which may write beside it (a grade cache)."""
+    return Path(shutil.copytree(sample_index_dir, tmp_path / "index"))
+
+
 @pytest.fixture(scope="session")
 def sample_index(sample_index_dir: Path) -> ChunkIndex:
     return ChunkIndex.load(sample_index_dir)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+from pathlib import Path
 
 import pytest
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.schema import NodeWithScore, TextNode
-from loopback import LoopbackServer, Reply, chat_completion, message_text
+from conftest import SAMPLES
+from loopback import LoopbackServer, Reply, chat_completion, message_text, openai_chat
 
+from crag.app.cli import main
 from crag.budget import Budget, BudgetReached, spending
 from crag.config import Settings
 from crag.cost import CostRecord, cost_of, count_tokens, total
@@ -108,3 +113,90 @@ async def test_usage_missing_from_a_response_is_counted_here_and_marked_estimate
     assert record.estimated_tokens
     assert record.prompt_tokens == count_tokens("one two three") and record.completion_tokens == count_tokens("eight")
     assert cost_of([record]).estimated
+
+
+# --- through the command line, against a model server that reports usage ----------------------
+
+LIION = "Who invented the lithium-ion battery?"
+
+
+def _is_grading(prompt: str) -> bool:
+    return "Rate how relevant the document is" in prompt
+
+
+def _model(prompt: str) -> str:
+    return "1" if _is_grading(prompt) else "John Goodenough's team built it [1]."
+
+
+@pytest.fixture
+def model_env(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    with LoopbackServer(openai_chat(_model)) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        yield server
+
+
+def _ask_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["ask", *argv, "--json", "-q"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _grading_calls(server: LoopbackServer) -> int:
+    return sum(_is_grading(message_text(r)) for r in server.requests_to("/chat/completions"))
+
+
+def test_ask_json_carries_the_cost_and_asking_again_grades_from_the_cache(
+    capsys: pytest.CaptureFixture[str], model_env: LoopbackServer, own_sample_index_dir: Path
+) -> None:
+    question = "What warranty does Lumen give on the Helio H10?"
+    first = _ask_json(capsys, question, "--index", str(own_sample_index_dir))
+    graded = _grading_calls(model_env)
+    assert graded == len(first["grades"]) > 0
+    cost = first["cost"]
+    assert cost["calls"] == len(model_env.requests_to("/chat/completions"))
+    assert cost["tokens_in"] > 0 and cost["tokens_out"] > 0 and not cost["estimated"]
+    assert cost["per_step"]["grade"]["calls"] == graded
+
+    again = _ask_json(capsys, question.upper() + "  ", "--index", str(own_sample_index_dir))
+    assert _grading_calls(model_env) == graded, "the same question again makes no grading call"
+    assert again["cost"]["cache_hits"] == graded and "grade" not in again["cost"]["per_step"] or \
+        again["cost"]["per_step"]["grade"]["calls"] == 0
+    assert all(g["cached"] for g in again["grades"])
+    assert [g["score"] for g in again["grades"]] == [g["score"] for g in first["grades"]]
+
+
+def test_a_call_budget_bounds_a_web_question_which_is_still_answered(
+    capsys: pytest.CaptureFixture[str], model_env: LoopbackServer, own_sample_index_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CRAG_BUDGET__CALLS", "2")
+    result = _ask_json(capsys, LIION, "--index", str(own_sample_index_dir),
+                       "--web-corpus", str(SAMPLES / "web.jsonl"))
+    assert len(model_env.requests_to("/chat/completions")) <= 2
+    assert result["cost"]["calls"] <= 2
+    assert result["verdict"] == "incorrect" and result["answer"].strip()
+    assert any("budget" in note for note in result["degraded"])
+    assert any("budget" in note for note in result["cost"]["notes"])
+    assert any("budget" in note for note in result["trace"]["notes"])
+
+
+def test_the_budget_flag_overrides_the_environment_and_the_last_line_is_the_cost(
+    capsys: pytest.CaptureFixture[str], model_env: LoopbackServer, own_sample_index_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CRAG_BUDGET__CALLS", "50")
+    assert main(["ask", LIION, "--index", str(own_sample_index_dir), "--budget-calls", "0", "-q"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert model_env.requests_to("/chat/completions") == []
+    assert lines[-1].startswith("cost: 0 model calls") and "budget" in lines[-1]
+
+
+def test_cache_stats_and_clear(capsys: pytest.CaptureFixture[str], model_env: LoopbackServer,
+                               own_sample_index_dir: Path) -> None:
+    _ask_json(capsys, "What warranty does Lumen give on the Helio H10?", "--index", str(own_sample_index_dir))
+    assert main(["cache", "stats", "--index", str(own_sample_index_dir)]) == 0
+    assert re.search(r": [1-9]\d* grade\(s\) of at most 100,000", capsys.readouterr().out)
+    assert main(["cache", "clear", "--index", str(own_sample_index_dir)]) == 0
+    assert re.match(r"cleared [1-9]\d* grade\(s\)", capsys.readouterr().out)
+    assert main(["cache", "stats", "--index", str(own_sample_index_dir)]) == 0
+    assert ": 0 grade(s)" in capsys.readouterr().out

@@ -122,7 +122,12 @@ class PostprocessSettings(_Section):
 
 
 class GraderSettings(_Section):
-    kind: Literal["auto", "lexical", "llm"] = "auto"
+    kind: Literal["auto", "lexical", "llm", "cascade"] = Field(
+        "auto",
+        description="lexical: the offline evaluator; llm: the model grades every chunk; cascade: the "
+        "offline evaluator grades, and only chunks scoring inside [band_low, band_high) go to the model; "
+        "auto: llm with a model, else lexical.",
+    )
     # Defaults fitted by `crag calibrate` on the three shared dev sets (see README, "Measured").
     upper: float = Field(0.677, ge=0.0, le=1.0, description="Some chunk >= upper: Correct.")
     lower: float = Field(0.327, ge=0.0, le=1.0, description="All chunks < lower: Incorrect.")
@@ -131,11 +136,16 @@ class GraderSettings(_Section):
         description="Correct also needs the kept chunks to cover this share of the question together.",
     )
     concurrency: int = Field(32, gt=0, description="LLM grading calls in flight at once.")
+    band_low: float = Field(0.3, ge=0.0, le=1.0, description="Cascade: offline scores from here ...")
+    band_high: float = Field(0.7, ge=0.0, le=1.0, description="... to below here go to the model.")
+    batch: bool = Field(False, description="The model grades all k chunks in one call.")
 
     @model_validator(mode="after")
     def _ordered(self) -> GraderSettings:
         if self.lower > self.upper:
             raise ValueError(f"grader.lower ({self.lower}) must not exceed grader.upper ({self.upper})")
+        if self.band_low > self.band_high:
+            raise ValueError(f"grader.band_low ({self.band_low}) must not exceed grader.band_high ({self.band_high})")
         return self
 
 
@@ -181,10 +191,31 @@ class LLMSettings(_Section):
     timeout: float = Field(60.0, gt=0)
     max_retries: int = Field(2, ge=0)
     context_window: int = 8192
+    price_in: float | None = Field(None, ge=0, description="US dollars per million prompt tokens, for the cost record.")
+    price_out: float | None = Field(None, ge=0, description="US dollars per million completion tokens.")
 
     @property
     def configured(self) -> bool:
         return bool(self.api_key or self.base_url)
+
+
+class BudgetSettings(_Section):
+    """Limits on one question's model use; reached, the offline components answer the rest."""
+
+    calls: int | None = Field(None, ge=0, description="Model calls per question.")
+    tokens: int | None = Field(None, ge=0, description="Model tokens (in and out) per question.")
+    seconds: float | None = Field(None, gt=0, description="Seconds after which no model call starts.")
+
+    @property
+    def limited(self) -> bool:
+        return any(limit is not None for limit in (self.calls, self.tokens, self.seconds))
+
+
+class CacheSettings(_Section):
+    """The grade cache beside the index: a model's grade of a chunk for a question, kept."""
+
+    enabled: bool = Field(True, description="Read and keep model grades (grades.sqlite beside the index).")
+    max_entries: int = Field(100_000, gt=0, description="Grades kept; the least recently used go first.")
 
 
 class RunSettings(_Section):
@@ -233,6 +264,8 @@ class Settings(_Section):
     web_search: WebSearchSettings = WebSearchSettings()
     synthesizer: SynthesizerSettings = SynthesizerSettings()
     llm: LLMSettings = LLMSettings()
+    budget: BudgetSettings = BudgetSettings()
+    cache: CacheSettings = CacheSettings()
     run: RunSettings = RunSettings()
     server: ServerSettings = ServerSettings()
 

@@ -46,7 +46,7 @@ class CostRecord(BaseModel):
             parts.append(f"{self.cache_hits} cached grade{'s' if self.cache_hits != 1 else ''}")
         if self.money is not None:
             parts.append(f"${self.money:.6f}")
-        return ", ".join(parts)
+        return "; ".join([", ".join(parts), *self.notes])
 
 
 def cost_of(steps: Iterable[object], *, price_in: float | None = None, price_out: float | None = None,

@@ -9,6 +9,7 @@ from llama_index.core.schema import NodeWithScore
 from pydantic import BaseModel, Field
 from workflows.events import Event, StartEvent
 
+from crag.cost import CostRecord
 from crag.trace import RunTrace, StepRecord
 
 
@@ -73,6 +74,7 @@ class CragResult(BaseModel):
     degraded: list[str] = Field(
         default_factory=list, description="Failures worked around in this run (empty when none)."
     )
+    cost: CostRecord = Field(default_factory=CostRecord, description="Model calls, tokens and money.")
 
     def __repr__(self) -> str:
         """One line: the workflow engine summarizes every step's output with it, and a person

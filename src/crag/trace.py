@@ -116,6 +116,7 @@ class RunTrace(BaseModel):
     started_at: datetime = Field(default_factory=datetime.now)
     seconds: float = 0.0
     steps: list[StepRecord] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="What the whole run was limited by (a budget).")
     explanation: Explanation | None = None
 
     @property
@@ -133,7 +134,7 @@ class RunTrace(BaseModel):
     @property
     def degraded(self) -> list[str]:
         """What went wrong but was worked around, one line per affected step."""
-        return [f"{s.name}: {s.degraded}" for s in self.steps if s.degraded]
+        return [f"{s.name}: {s.degraded}" for s in self.steps if s.degraded] + self.notes
 
     def step_names(self) -> list[str]:
         """Steps that did their work, in the order they finished."""

@@ -1,4 +1,4 @@
-"""The `crag` command: ingest, ask, draw, serve, demo.
+"""The `crag` command: ingest, ask, draw, serve, cache, demo (and eval, calibrate).
 
 Arguments are parsed before anything heavy is imported, so `crag --help` and a wrong flag
 answer at once; each command imports what it uses.
@@ -12,6 +12,8 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from crag.cli_flags import add_budget_flags, budget_overrides
 
 if TYPE_CHECKING:
     from crag.config import Settings
@@ -101,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", type=Path, metavar="FILE.json",
                    help="save the run's trace (steps, times, events, calls) for `crag draw --trace`")
     p.add_argument("-q", "--quiet", action="store_true", help="no step progress on stderr")
+    add_budget_flags(p)
     p.set_defaults(func=_ask)
 
     p = sub.add_parser("draw", help="draw every possible flow of the workflow, or one run's path")
@@ -118,7 +121,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--store", metavar="FILE|URL",
                    help="where runs are kept: a SQLite file (default: server.db beside the index) "
                    "or a postgresql:// URL shared by several servers")
+    add_budget_flags(p)
     p.set_defaults(func=_serve)
+
+    p = sub.add_parser("cache", help="the grade cache beside the index: stats, or clear it")
+    p.add_argument("action", choices=["stats", "clear"])
+    p.add_argument("--index", type=Path)
+    p.set_defaults(func=_cache)
 
     p = sub.add_parser("demo", help="ingest the bundled sample documents and ask two questions")
     p.add_argument("--export", type=Path, metavar="DIR",
@@ -135,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
 def _settings(args: argparse.Namespace, **overrides: dict[str, Any]) -> Settings:
     from crag.config import Settings
 
+    overrides.setdefault("budget", budget_overrides(args))
     index = {
         "path": getattr(args, "index", None),
         "chunk_size": getattr(args, "chunk_size", None),
@@ -237,7 +247,32 @@ def _format(result: CragResult) -> str:
             lines.append(f"  [{s.number}] {s.kind}: {where}")
     for note in result.degraded:
         lines.append(f"degraded: {note}")
+    if result.cost.calls or result.cost.cache_hits or result.cost.notes:
+        lines.append(result.cost.line())  # a run without a model cost nothing: no line
     return "\n".join(lines)
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from crag.index.grade_cache import FILE_NAME, GradeCache
+
+    settings = _settings(args)
+    if not settings.index.path.is_dir():
+        from crag.errors import IndexNotFoundError
+
+        raise IndexNotFoundError(f"No index at {settings.index.path}, so no grade cache; "
+                                 "give one with --index, or build it: crag ingest YOUR_DOCS")
+    cache = GradeCache(settings.index.path / FILE_NAME, max_entries=settings.cache.max_entries)
+    try:
+        if args.action == "clear":
+            print(f"cleared {cache.clear()} grade(s) from {cache.path}")
+            return 0
+        stats = cache.stats()
+    finally:
+        cache.close()
+    state = "on" if settings.cache.enabled else "off ([cache] enabled = false)"
+    print(f"{stats.path}: {stats.entries:,} grade(s) of at most {stats.max_entries:,}, "
+          f"{stats.bytes / 1e6:.1f} MB; cache {state}")
+    return 0
 
 
 def _draw(args: argparse.Namespace) -> int:

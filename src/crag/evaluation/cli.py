@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from crag.cli_flags import add_budget_flags, budget_overrides
+
 _DEFAULT_TARGET = object()  # `--write` alone: --config if given, else ./crag.toml
 
 
@@ -56,6 +58,7 @@ def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: i
         "--out", type=Path, help="write eval.json, eval.md, outcomes.jsonl and PNG charts here"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_budget_flags(p)
     p.set_defaults(func=_eval)
 
     p = sub.add_parser(
@@ -142,7 +145,7 @@ def _eval(args: argparse.Namespace) -> int:
         limit=args.limit,
         concurrency=args.concurrency,
     )
-    run = evaluate(options, Settings.load(args.config))
+    run = evaluate(options, Settings.load(args.config, budget=budget_overrides(args)))
     report = summarize(run)
     if args.out is not None:
         written = write_outputs(report, run.outcomes, args.out)

@@ -10,18 +10,22 @@ from llama_index.core.llms import LLM
 from crag._compat.openai import checked_classes
 from crag.config import LLMSettings
 from crag.errors import ConfigError, register_secret
+from crag.models.budgeted import BudgetedLLM
 from crag.models.http_pools import MAX_IN_FLIGHT, async_http_client
 
 
 class LLMFactory:
-    """Builds the configured chat model lazily, once."""
+    """Builds the configured chat model lazily, once; `budgeted`: each call is charged to the
+    running question's budget first (`BudgetedLLM`)."""
 
-    def __init__(self, settings: LLMSettings) -> None:
+    def __init__(self, settings: LLMSettings, *, budgeted: bool = False) -> None:
         self.settings = settings
+        self.budgeted = budgeted
 
     @cached_property
     def llm(self) -> LLM:
-        return openai_llm(self.settings)
+        llm = openai_llm(self.settings)
+        return BudgetedLLM(llm=llm) if self.budgeted else llm
 
 
 def openai_llm(settings: LLMSettings) -> LLM:

@@ -27,6 +27,9 @@ from pydantic import BaseModel, Field
 from workflows import Context, Workflow
 
 from crag._offload import run_sync
+from crag.budget import Budget, current_budget, spending
+from crag.config import BudgetSettings
+from crag.cost import CostRecord, cost_of
 from crag.errors import CragError, QueryError, StepError, redact
 from crag.events import CragResult, StepProgressEvent
 from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
@@ -42,16 +45,43 @@ class RecordedState(BaseModel):
 
 
 class RecordedWorkflow(Workflow):
-    """A workflow whose runs record a trace; `ask` runs one synchronously.
+    """A workflow whose runs record a trace and their cost; `ask` runs one synchronously.
 
     Args:
+        budget: limits on each run's model calls, tokens and seconds (none by default); a
+            model wrapped in `crag.models.BudgetedLLM` is refused a call past them.
+        price_in, price_out: prices per million prompt and completion tokens, for the money in
+            each run's cost record.
         **kwargs: passed to `Workflow` (e.g. `timeout`, 300 s unless given).
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        budget: BudgetSettings | None = None,
+        price_in: float | None = None,
+        price_out: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("timeout", 300.0)
         super().__init__(**kwargs)
+        self.budget = budget or BudgetSettings()
+        self.price_in = price_in
+        self.price_out = price_out
         install_llm_call_counter()
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Start a run with a budget of its own: the engine starts the run's tasks here, and
+        each takes the budget with it (a context variable), so every step charges the same one."""
+        limits = self.budget
+        budget = Budget(calls=limits.calls, tokens=limits.tokens, seconds=limits.seconds)
+        with spending(budget):
+            return super().run(*args, **kwargs)
+
+    def run_cost(self, trace: RunTrace) -> CostRecord:
+        """The run's cost record: calls, tokens and cache hits per step, money at the set prices,
+        and the trace's notes (the budget's, when it changed what the run did)."""
+        return cost_of(trace.steps, price_in=self.price_in, price_out=self.price_out, notes=trace.notes)
 
     def ask(self, query: str) -> CragResult:
         """Run synchronously; works inside a running event loop too (e.g. a notebook cell)."""
@@ -116,12 +146,16 @@ async def recording(ctx: Context[Any], name: str, ev: Any) -> AsyncIterator[Step
 
 
 def run_trace(state: RecordedState, query: str, verdict: str | None) -> RunTrace:
-    """The run's trace from the records its steps wrote, in the order they started."""
+    """The run's trace from the records its steps wrote, in the order they started, with the
+    budget's note when it refused a model call."""
+    budget = current_budget()
+    note = budget.note() if budget is not None else None
     return RunTrace(
         query=query,
         verdict=verdict,
         seconds=perf_counter() - state.started,
         steps=sorted(state.records.values(), key=lambda r: r.started),
+        notes=[note] if note else [],
     )
 
 

@@ -24,11 +24,10 @@ from collections.abc import Coroutine, Sequence
 from time import perf_counter
 from typing import Any, ClassVar
 
+from llama_index.core.schema import NodeWithScore
 from pydantic import Field
 from workflows import Context, step
 from workflows.events import StopEvent
-
-from llama_index.core.schema import NodeWithScore
 
 from crag._offload import off_loop
 from crag.config import GraderSettings
@@ -399,6 +398,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                 steps=trace.step_names(),
                 trace=trace,
                 degraded=trace.degraded,
+                cost=self.run_cost(trace),
             )
         )
 

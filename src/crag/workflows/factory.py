@@ -5,13 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from crag._offload import warm_up
-from crag.config import Settings
+from crag.config import LLMSettings, Settings
 from crag.errors import ConfigError
 from crag.index import ChunkIndex
+from crag.index.grade_cache import FILE_NAME as GRADE_CACHE_FILE
+from crag.index.grade_cache import GradeCache
 from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, WebSearch
 from crag.models import LLMFactory, WordLlamaEmbedding
+from crag.prompts import BATCH_GRADE_PROMPT, GRADE_PROMPT
 from crag.steps.decomposition import LLMDecomposer, RuleDecomposer
 from crag.steps.grading import LexicalEvaluator, LLMGrader
+from crag.steps.grading_cost import BatchLLMGrader, CachedGrader, CascadeGrader, prompt_version
 from crag.steps.postprocessing import check_index, postprocessors_for, retrieval_depth
 from crag.steps.refining import StripRefiner
 from crag.steps.retrieval import HybridRetriever
@@ -48,7 +52,7 @@ def build_workflow(
     settings = settings or Settings.load()
     index = index if index is not None else ChunkIndex.load(settings.index.path, settings.vector_store)
     embed_model = WordLlamaEmbedding()
-    llms = LLMFactory(settings.llm)
+    llms = LLMFactory(settings.llm, budgeted=settings.budget.limited)
     use_llm = settings.llm.configured
     evaluator = LexicalEvaluator(index.term_stats)
 
@@ -56,11 +60,7 @@ def build_workflow(
         """True when an LLM component is wanted: asked for by name, or 'auto' with a model."""
         return kind == "llm" or (kind == "auto" and use_llm)
 
-    grader: Grader = (
-        LLMGrader(llms.llm, fallback=evaluator, concurrency=settings.grader.concurrency)
-        if pick(settings.grader.kind)
-        else evaluator
-    )
+    grader = _grader(settings, index, llms, evaluator, model_wanted=pick(settings.grader.kind))
     rewriter: QueryRewriter = LLMRewriter(llms.llm) if pick(settings.rewriter.kind) else KeywordRewriter()
     synthesizer: Synthesizer = (
         LLMSynthesizer(llms.llm)
@@ -106,6 +106,9 @@ def build_workflow(
         speculative_rewrite=settings.rewriter.speculative,
         speculative_refine=settings.refiner.speculative,
         timeout=settings.run.timeout,
+        budget=settings.budget,
+        price_in=settings.llm.price_in,
+        price_out=settings.llm.price_out,
     )
     warm_up_workflow(workflow, index)
     return workflow
@@ -125,6 +128,33 @@ COMPONENTS = (
     "retriever", "postprocessors", "grader", "refiner", "reader", "decomposer", "rewriter", "searcher",
     "synthesizer", "fallback_rewriter", "fallback_synthesizer",
 )
+
+
+def _grader(
+    settings: Settings, index: ChunkIndex, llms: LLMFactory, evaluator: LexicalEvaluator, *, model_wanted: bool
+) -> Grader:
+    """The offline evaluator; or the model, one call per chunk or one per batch, its grades kept
+    in the grade cache; or a cascade, where the model sees only the chunks the evaluator is
+    unsure of."""
+    options = settings.grader
+    if options.kind != "cascade" and not model_wanted:
+        return evaluator
+    model: Grader = LLMGrader(llms.llm, fallback=evaluator, concurrency=options.concurrency)
+    version = prompt_version(GRADE_PROMPT)
+    if options.batch:
+        model = BatchLLMGrader(llms.llm, per_chunk=model)
+        version = prompt_version(BATCH_GRADE_PROMPT, GRADE_PROMPT)
+    if settings.cache.enabled and index.path is not None:
+        cache = GradeCache(index.path / GRADE_CACHE_FILE, max_entries=settings.cache.max_entries)
+        model = CachedGrader(model, cache, model=model_id(settings.llm), version=version)
+    if options.kind == "cascade":
+        return CascadeGrader(evaluator, model, band=(options.band_low, options.band_high))
+    return model
+
+
+def model_id(llm: LLMSettings) -> str:
+    """The model as the grade cache keys it: its name and the server that runs it."""
+    return f"{llm.base_url or 'openai'}|{llm.model}"
 
 
 def _summary_retriever(

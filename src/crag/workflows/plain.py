@@ -101,6 +101,8 @@ class PlainRAGWorkflow(RecordedWorkflow):
                 timings={r.name: round(r.seconds, 6) for r in trace.steps},
                 steps=trace.step_names(),
                 trace=trace,
+                degraded=trace.degraded,
+                cost=self.run_cost(trace),
             )
         )
 
