@@ -7,16 +7,26 @@ import json
 import re
 from pathlib import Path
 
+import httpx
 import pytest
+from conftest import SAMPLES
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.schema import NodeWithScore, TextNode
-from conftest import SAMPLES
-from loopback import LoopbackServer, Reply, chat_completion, message_text, openai_chat
+from loopback import (
+    LoopbackServer,
+    Reply,
+    chat_completion,
+    message_text,
+    openai_chat,
+    uvicorn_serving,
+)
 
 from crag.app.cli import main
+from crag.app.server import build_server
 from crag.budget import Budget, BudgetReached, spending
 from crag.config import Settings
 from crag.cost import CostRecord, cost_of, count_tokens, total
+from crag.events import CragResult
 from crag.models import BudgetedLLM, openai_llm
 from crag.steps.grading import LLMGrader
 from crag.testing import FakeLLM, FixedGrader
@@ -200,3 +210,22 @@ def test_cache_stats_and_clear(capsys: pytest.CaptureFixture[str], model_env: Lo
     assert re.match(r"cleared [1-9]\d* grade\(s\)", capsys.readouterr().out)
     assert main(["cache", "stats", "--index", str(own_sample_index_dir)]) == 0
     assert ": 0 grade(s)" in capsys.readouterr().out
+
+
+def test_a_served_run_keeps_its_budget_and_records_its_cost(
+    model_env: LoopbackServer, own_sample_index_dir: Path, tmp_path: Path
+) -> None:
+    settings = Settings.load(
+        env={"OPENAI_BASE_URL": model_env.url + "/v1", "OPENAI_API_KEY": "sk-test", "CRAG_BUDGET__CALLS": "2"},
+        index={"path": own_sample_index_dir}, web_search={"corpus": SAMPLES / "web.jsonl"},
+        server={"store": str(tmp_path / "server.db")},
+    )
+    with uvicorn_serving(build_server(settings).app) as url:
+        reply = httpx.post(f"{url}/workflows/crag/run", json={"start_event": {"query": LIION}}, timeout=60)
+        again = httpx.post(f"{url}/workflows/crag/run", json={"start_event": {"query": LIION}}, timeout=60)
+    assert reply.status_code == again.status_code == 200
+    for body in (reply.json(), again.json()):
+        result = CragResult.model_validate(body["result"]["value"]["result"])
+        assert result.cost.calls <= 2 and any("budget" in n for n in result.cost.notes)
+        assert result.answer.strip()
+    assert len(model_env.requests_to("/chat/completions")) <= 4, "each run has a budget of its own"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from crag.evaluation.metrics import BinaryReport
 from crag.evaluation.runner import Outcome
-from crag.evaluation.summary import SPLITS, EvalReport, SystemSummary
+from crag.evaluation.summary import SPLITS, EvalReport, SplitSummary, SystemSummary
 
 SPLIT_TITLES = {"all": "all", "gold-present": "gold present", "gold-dropped": "gold dropped"}
 
@@ -193,11 +193,15 @@ def markdown(report: EvalReport) -> str:
         "## Cost and latency (per question)",
         "",
         *_table(
-            ["system", "LLM calls", "searches", "p50 ms", "p95 ms", "errors", "degraded", "wall s"],
+            ["system", "LLM calls", "tokens", "cached grades", "$", "searches", "p50 ms", "p95 ms",
+             "errors", "degraded", "wall s"],
             [
                 [
                     s.name,
                     _num(s.splits["all"].llm_calls_per_question, 2),
+                    _num(s.splits["all"].tokens_per_question, 0),
+                    _cache_hits(s.splits["all"]),
+                    _num(s.splits["all"].money_per_question, 6),
                     _num(s.splits["all"].search_calls_per_question, 2),
                     _ms(s.splits["all"].latency_p50),
                     _ms(s.splits["all"].latency_p95),
@@ -210,6 +214,13 @@ def markdown(report: EvalReport) -> str:
         ),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _cache_hits(split: SplitSummary) -> str:
+    """Grades read from the grade cache, per question."""
+    if split.cost is None or not split.questions:
+        return "–"
+    return f"{split.cost.cache_hits / split.questions:.2f}"
 
 
 _SUPPORT_NOTE = (

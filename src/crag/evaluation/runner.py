@@ -26,6 +26,7 @@ from llama_index.core.schema import NodeWithScore
 from pydantic import BaseModel, Field
 
 from crag.config import Settings
+from crag.cost import CostRecord
 from crag.errors import ConfigError
 from crag.evaluation.datasets import (
     GoldDrop,
@@ -86,6 +87,7 @@ class Outcome(BaseModel):
     chunks: list[ChunkJudgement] = Field(default_factory=list)
     llm_calls: int = 0
     search_calls: int = 0
+    cost: CostRecord | None = Field(None, description="The run's model calls, tokens and money.")
     seconds: float = 0.0
     degraded: list[str] = Field(default_factory=list)
     error: str | None = None
@@ -349,6 +351,7 @@ async def _run_one(
     trace = getattr(result, "trace", None)
     outcome.llm_calls = trace.llm_calls if trace is not None else 0
     outcome.search_calls = trace.search_calls if trace is not None else 0
+    outcome.cost = getattr(result, "cost", None)
     outcome.degraded = list(getattr(result, "degraded", []) or [])
     if observation.context is not None:
         outcome.gold_in_context = any(s.doc_id == question.doc_id for s in observation.context)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from crag.cost import CostRecord, total
 from crag.evaluation.metrics import (
     VERDICTS,
     BinaryReport,
@@ -52,6 +53,9 @@ class SplitSummary(BaseModel):
     evaluator: EvaluatorQuality | None = None
     llm_calls_per_question: float | None
     search_calls_per_question: float | None
+    cost: CostRecord | None = Field(None, description="Model calls, tokens and money of every run, added up.")
+    tokens_per_question: float | None = None
+    money_per_question: float | None = None
     latency_p50: float | None
     latency_p95: float | None
     errors: int
@@ -114,6 +118,12 @@ def summarize_split(
         errors=len(outcomes) - len(ran),
         degraded=sum(1 for o in ran if o.degraded),
     )
+    costs = [o.cost for o in ran if o.cost is not None]
+    if costs:
+        summary.cost = total(costs)
+        summary.tokens_per_question = (summary.cost.tokens_in + summary.cost.tokens_out) / len(costs)
+        if summary.cost.money is not None:
+            summary.money_per_question = summary.cost.money / len(costs)
     if grading and ran:
         summary.verdicts = {v: sum(o.verdict == v for o in ran) / len(ran) for v in VERDICTS}
         summary.verdict_agreement = _verdict_agreement(ran)
