@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from loopback import LoopbackServer, openai_chat
 
 from crag import ConfigError, Settings
 from crag.app.cli import main
@@ -212,3 +213,45 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(
         set_table_values(path, "grader", {"upper": 0.5})
     assert path.read_text() == "[grader]\nupper = 0.6\n"
     assert [p.name for p in tmp_path.iterdir()] == ["crag.toml"]
+
+
+def _answer_aware_model(questions: Path) -> object:
+    """A loopback model that rates a document 9 when it holds the question's answer, else 1."""
+    answers = {}
+    for line in questions.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        answers[row["question"]] = [a.lower() for a in row["answers"]]
+
+    def reply(prompt: str) -> str:
+        question = prompt.split("Question: ", 1)[1].split("\n", 1)[0]
+        document = prompt.split("Document:", 1)[1].split("Rate how relevant", 1)[0].lower()
+        return "9" if any(a in document for a in answers.get(question, [])) else "1"
+
+    return openai_chat(reply)
+
+
+def test_calibrate_band_fits_the_cascade_against_the_models_grades_and_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "crag.toml"
+    target.write_text("# mine\n[grader]\nupper = 0.677\n", encoding="utf-8")
+    with LoopbackServer(_answer_aware_model(QUESTIONS)) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        args = ["calibrate", "--band", "--dataset", str(QUESTIONS), "--corpus", str(CORPUS),
+                "--target-agreement", "0.9", "--write", str(target), "--json"]
+        assert main(args) == 0
+    fit = json.loads(capsys.readouterr().out)
+    assert fit["agreement"] >= 0.9 and fit["calls_per_question"] <= fit["chunks_per_question"]
+    settings = Settings.load(target, env={})
+    assert settings.grader.kind == "cascade"
+    assert (settings.grader.band_low, settings.grader.band_high) == (fit["band_low"], fit["band_high"])
+    assert target.read_text(encoding="utf-8").startswith("# mine\n"), "the file's comments stay"
+
+
+def test_calibrate_band_without_a_model_says_what_it_needs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["calibrate", "--band", "--dataset", str(QUESTIONS), "--corpus", str(CORPUS)]) == 2
+    assert "configure a model" in capsys.readouterr().err

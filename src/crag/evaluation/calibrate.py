@@ -276,6 +276,57 @@ async def acalibrate(
     )
 
 
+class BandCalibration(BaseModel):
+    """The cascade's fitted band, as `crag calibrate --band --json` prints it."""
+
+    band_low: float
+    band_high: float
+    target_agreement: float
+    agreement: float = Field(description="Questions whose cascade verdict is the model-only verdict.")
+    calls_per_question: float = Field(description="Chunks the cascade sends to the model, per question.")
+    chunks_per_question: float = Field(description="What model-only grading sends.")
+    questions: int
+    datasets: list[str]
+
+
+async def acalibrate_band(
+    datasets: Sequence[tuple[Path, Path]],
+    settings: Settings,
+    *,
+    target: float = 0.95,
+    drop_fraction: float = 0.5,
+    seed: int = 0,
+) -> BandCalibration:
+    """Grade every question's retrieved chunks offline and with the configured model, and fit
+    the band that agrees with the model's verdicts on `target` of them for the fewest calls."""
+    from crag.evaluation.cascade import fit_band
+    from crag.models import openai_llm
+    from crag.steps.grading import LexicalEvaluator, LLMGrader
+
+    if not settings.llm.configured:
+        raise ConfigError("The band is fitted against the model's own grades: configure a model "
+                          "(OPENAI_API_KEY, or OPENAI_BASE_URL for a compatible server).")
+    llm = openai_llm(settings.llm)
+    offline: list[list[float]] = []
+    model: list[list[float]] = []
+    for dataset, corpus in datasets:
+        index, retrievals = await retrieve_questions(
+            dataset, corpus, settings, drop_fraction=drop_fraction, seed=seed
+        )
+        evaluator = LexicalEvaluator(index.term_stats)
+        grader = LLMGrader(llm, fallback=evaluator, concurrency=settings.grader.concurrency)
+        for r in retrievals:
+            offline.append([g.score for g in await evaluator.grade(r.question.question, r.chunks)])
+            model.append([g.score for g in await grader.grade(r.question.question, r.chunks)])
+    fit = fit_band(offline, model, upper=settings.grader.upper, lower=settings.grader.lower, target=target)
+    return BandCalibration(
+        band_low=fit.low, band_high=fit.high, target_agreement=target, agreement=fit.agreement,
+        calls_per_question=fit.calls_per_question,
+        chunks_per_question=sum(map(len, offline)) / len(offline),
+        questions=fit.questions, datasets=[str(d) for d, _ in datasets],
+    )
+
+
 def _verdicts(
     pairs: Sequence[LabelledChunk], retrievals: Sequence[Retrieval], upper: float, lower: float
 ) -> VerdictAgreement:

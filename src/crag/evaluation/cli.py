@@ -119,6 +119,19 @@ def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: i
     p.add_argument(
         "--dry-run", action="store_true", help="fit and report, write nothing and do not ask"
     )
+    p.add_argument(
+        "--band",
+        action="store_true",
+        help="instead, fit [grader] band_low/band_high of the cascade grader against the configured "
+        "model's grades (kind = \"cascade\"; the model grades every retrieved chunk once)",
+    )
+    p.add_argument(
+        "--target-agreement",
+        type=float,
+        default=0.95,
+        metavar="A",
+        help="with --band: share of verdicts that must match model-only grading (default 0.95)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_calibrate)
 
@@ -164,6 +177,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{len(args.dataset)} --dataset but {len(args.corpus)} --corpus; give one corpus per dataset."
         )
+    if args.band:
+        return _calibrate_band(args)
     result = calibrate(
         list(zip(args.dataset, args.corpus)),
         Settings.load(args.config),
@@ -205,6 +220,37 @@ def _calibrate(args: argparse.Namespace) -> int:
             f"Nothing written. To use these thresholds, run again with --write (saves them to "
             f"{target}), or pass --upper {result.upper} --lower {result.lower} to crag ask."
         )
+    return 0
+
+
+def _calibrate_band(args: argparse.Namespace) -> int:
+    from crag._offload import run_sync
+    from crag.config import CONFIG_FILE, Settings
+    from crag.evaluation.calibrate import acalibrate_band
+    from crag.evaluation.settings_file import set_table_values
+
+    result = run_sync(lambda: acalibrate_band(
+        list(zip(args.dataset, args.corpus)), Settings.load(args.config),
+        target=args.target_agreement, drop_fraction=args.drop_gold, seed=args.seed,
+    ))
+    target = args.config or Path(CONFIG_FILE)
+    if args.write is not None and args.write is not _DEFAULT_TARGET:
+        target = args.write
+    write = args.write is not None and not args.dry_run
+    if write:
+        set_table_values(target, "grader", {"kind": "cascade", "band_low": result.band_low,
+                                            "band_high": result.band_high})
+    if args.json:
+        print(json.dumps({**result.model_dump(mode="json"), "written": str(target) if write else None}))
+        return 0
+    print(
+        f"band_low = {result.band_low}, band_high = {result.band_high}: verdicts agree with model-only "
+        f"grading on {_pct(result.agreement)}% of {result.questions} questions (target "
+        f"{_pct(result.target_agreement)}%), with {result.calls_per_question:.2f} model calls per "
+        f"question instead of {result.chunks_per_question:.2f}."
+    )
+    print(f"wrote [grader] kind = \"cascade\", band_low and band_high to {target}" if write else
+          "Nothing written; --write saves them (with kind = \"cascade\").")
     return 0
 
 

@@ -93,7 +93,7 @@ class CascadeGrader:
 
     def uncertain(self, score: float) -> bool:
         low, high = self.band
-        return low <= score < high
+        return low <= score and (score < high or high >= 1.0)  # a band reaching 1.0 includes it
 
     async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
         first = await self.offline.grade(query, chunks)
