@@ -72,6 +72,16 @@ def test_a_higher_target_costs_at_least_as_many_calls() -> None:
     assert cheap.calls_per_question <= sure.calls_per_question
 
 
+def test_with_batch_grading_a_question_costs_one_call_whatever_the_band_sends() -> None:
+    offline, model = questions(100, seed=5)
+    each = band_result(offline, model, 0.2, 0.8, upper=UPPER, lower=LOWER)
+    batched = band_result(offline, model, 0.2, 0.8, upper=UPPER, lower=LOWER, batch=True)
+    assert batched.agreement == each.agreement
+    sending = sum(any(0.2 <= s < 0.8 for s in q) for q in offline)
+    assert batched.calls_per_question == pytest.approx(sending / 100)
+    assert batched.calls_per_question < each.calls_per_question
+
+
 def test_mismatched_inputs_are_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="same questions"):
         fit_band([[0.5]], [], upper=UPPER, lower=LOWER)

@@ -283,7 +283,8 @@ class BandCalibration(BaseModel):
     band_high: float
     target_agreement: float
     agreement: float = Field(description="Questions whose cascade verdict is the model-only verdict.")
-    calls_per_question: float = Field(description="Chunks the cascade sends to the model, per question.")
+    calls_per_question: float = Field(description="Model calls the cascade makes per question ([grader] batch: "
+                                      "one per question that sends any chunk).")
     chunks_per_question: float = Field(description="What model-only grading sends.")
     questions: int
     datasets: list[str]
@@ -318,7 +319,8 @@ async def acalibrate_band(
         for r in retrievals:
             offline.append([g.score for g in await evaluator.grade(r.question.question, r.chunks)])
             model.append([g.score for g in await grader.grade(r.question.question, r.chunks)])
-    fit = fit_band(offline, model, upper=settings.grader.upper, lower=settings.grader.lower, target=target)
+    fit = fit_band(offline, model, upper=settings.grader.upper, lower=settings.grader.lower, target=target,
+                   batch=settings.grader.batch)
     return BandCalibration(
         band_low=fit.low, band_high=fit.high, target_agreement=target, agreement=fit.agreement,
         calls_per_question=fit.calls_per_question,

@@ -3,7 +3,7 @@
 Given, for each question, the offline evaluator's scores and the model's scores of the same
 retrieved chunks, a band (low, high) sends to the model exactly the chunks whose offline score
 lies in [low, high); the rest keep their offline score. The fitted band is the one that makes
-the fewest model calls while the verdicts still agree with model-only grading on at least
+the fewest model calls (with `batch`, one call per question that sends any chunk) while the verdicts still agree with model-only grading on at least
 `target` of the questions (`crag calibrate --band`, `benchmarks/cost.py`).
 """
 
@@ -45,26 +45,28 @@ def _verdicts(best: np.ndarray, upper: float, lower: float) -> np.ndarray:
     return np.where(best >= upper, 2, np.where(best < lower, 0, 1))
 
 
-def band_result(offline: Scores, model: Scores, low: float, high: float, *, upper: float, lower: float) -> BandFit:
+def band_result(offline: Scores, model: Scores, low: float, high: float, *, upper: float, lower: float,
+                batch: bool = False) -> BandFit:
     """How the band (low, high) does on these questions."""
-    return _BandSearch(offline, model, upper, lower).result(low, high)
+    return _BandSearch(offline, model, upper, lower, batch).result(low, high)
 
 
 class _BandSearch:
-    def __init__(self, offline: Scores, model: Scores, upper: float, lower: float) -> None:
+    def __init__(self, offline: Scores, model: Scores, upper: float, lower: float, batch: bool) -> None:
         self.offline, self.model = _padded(offline), _padded(model)
-        self.upper, self.lower = upper, lower
+        self.upper, self.lower, self.batch = upper, lower, batch
         self.wanted = _verdicts(self.model.max(axis=1), upper, lower)
 
     def result(self, low: float, high: float) -> BandFit:
         asked = (self.offline >= low) & ((self.offline < high) | (high >= 1.0))  # as CascadeGrader
         best = np.where(asked, self.model, self.offline).max(axis=1)
         agreement = float((_verdicts(best, self.upper, self.lower) == self.wanted).mean())
-        return BandFit(low, high, agreement, float(asked.sum()) / len(asked), len(asked))
+        calls = asked.any(axis=1).sum() if self.batch else asked.sum()
+        return BandFit(low, high, agreement, float(calls) / len(asked), len(asked))
 
 
 def fit_band(offline: Scores, model: Scores, *, upper: float, lower: float, target: float = 0.95,
-             step: float = 0.025) -> BandFit:
+             step: float = 0.025, batch: bool = False) -> BandFit:
     """The band with the fewest model calls whose verdict agreement reaches `target`.
 
     Bands are tried on a grid of `step` over [0, 1]; of equally cheap bands the more agreeing
@@ -75,7 +77,7 @@ def fit_band(offline: Scores, model: Scores, *, upper: float, lower: float, targ
         raise ConfigError("fit_band needs the offline and model scores of the same questions.")
     if not 0.0 < target <= 1.0:
         raise ConfigError(f"the target agreement must be in (0, 1], not {target}.")
-    search = _BandSearch(offline, model, upper, lower)
+    search = _BandSearch(offline, model, upper, lower, batch)
     edges = [round(float(x), 6) for x in np.arange(0.0, 1.0 + step / 2, step)]
     best: BandFit | None = None
     for i, low in enumerate(edges):
