@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (0 ok, 2 for a clear error, 130 on Ctrl-C).
+    """Entry point; returns the exit code (0 ok, 2 for a clear error, 3 when `crag ingest`
+    left some files out and ingested the rest, 1 for a bug, 130 on Ctrl-C).
 
     Every error is one line on stderr, with API keys removed (a server's error may echo one).
     """
@@ -68,7 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, help="settings file (default: ./crag.toml if present)")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    p = sub.add_parser("ingest", help="index documents (.txt .md .html .jsonl)")
+    p = sub.add_parser(
+        "ingest", help="index documents (.txt .md .html .jsonl .pdf .docx .pptx .ipynb .csv .tsv)",
+        description="Index documents. A file that cannot be read is left out with one line saying "
+        "why, and the rest are ingested. Exit status: 0 every file ingested (or unchanged), "
+        "3 some files left out and the rest ingested, 2 nothing ingested (the index is as it was).",
+    )
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--index", type=Path, help="index folder (default .crag/index)")
     p.add_argument("--chunk-size", type=int)
@@ -173,11 +179,18 @@ def _ingest(args: argparse.Namespace) -> int:
             summarize=summarize,
             vector_store=settings.vector_store,
         )
+    for reason in report.skipped:
+        _say(f"crag: skipped: {reason}")
+    skipped = f", {report.files_skipped} skipped" if report.skipped else ""
     print(
-        f"{report.files_read} file(s) read, {report.files_unchanged} unchanged, "
+        f"{report.files_read} file(s) read, {report.files_unchanged} unchanged{skipped}, "
         f"{report.chunks_added} chunk(s) added; {report.chunks_total} chunk(s) in {settings.index.path}"
     )
-    return 0
+    return PARTIAL if report.skipped else 0
+
+
+PARTIAL = 3
+"""`crag ingest`'s exit status when some files were left out and the rest ingested."""
 
 
 def _ask(args: argparse.Namespace) -> int:
