@@ -246,7 +246,7 @@ def _format(result: CragResult) -> str:
     if result.sources:
         lines.append("sources:")
         for s in result.sources:
-            where = s.url or s.title or s.id
+            where = s.url or s.citation() or s.title or s.id
             lines.append(f"  [{s.number}] {s.kind}: {where}")
     for note in result.degraded:
         lines.append(f"degraded: {note}")

@@ -58,4 +58,4 @@ def _slide(slide: object) -> tuple[str, str]:
         notes = slide.notes_slide.notes_text_frame  # type: ignore[attr-defined]
         if notes is not None and notes.text.strip():
             parts.append(notes.text)
-    return title, "\n".join(parts)
+    return title, "\n\n".join(parts)  # bullets rarely end in a full stop: each its own sentence
