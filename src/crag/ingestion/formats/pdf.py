@@ -65,7 +65,11 @@ def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str]:
             title = _title(reader) or path.stem
     except IngestError:
         raise
-    except (DependencyError, FileNotDecryptedError):
+    except DependencyError:  # AES: pypdf decrypts it only with the cryptography package
+        raise IngestError(f"{path} is encrypted with AES, which needs the cryptography package "
+                          "(pip install cryptography), or a copy saved without encryption "
+                          "(`qpdf --decrypt`).") from None
+    except FileNotDecryptedError:
         raise IngestError(f"{path} is encrypted (it needs a password); save a copy "
                           "without one (e.g. `qpdf --decrypt`) or leave it out.") from None
     except Exception as exc:  # noqa: BLE001 - pypdf raises many kinds on a damaged file
