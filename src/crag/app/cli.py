@@ -128,8 +128,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="ingest the bundled sample documents and ask two questions")
     p.add_argument("--export", type=Path, metavar="DIR",
-                   help="instead, copy the sample documents (DIR/docs) and the stand-in web "
-                   "(DIR/web.jsonl) to a new folder DIR, to try the other commands on")
+                   help="instead, copy the sample documents (DIR/docs, DIR/datasheet.pdf) and the "
+                   "stand-in web (DIR/web.jsonl) to a new folder DIR, to try the other commands on")
     p.set_defaults(func=_demo)
 
     from crag.evaluation.cli import add_evaluation_commands
@@ -359,9 +359,10 @@ def _export_samples(samples: Path, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copytree(samples / "docs", out / "docs")
     shutil.copy2(samples / "web.jsonl", out / "web.jsonl")
+    shutil.copy2(samples / "datasheet.pdf", out / "datasheet.pdf")  # the README's PDF step
     names = sorted(p.name for p in (out / "docs").iterdir())
-    print(f"copied {len(names)} handbook pages to {out / 'docs'} ({', '.join(names)}) "
-          f"and the stand-in web to {out / 'web.jsonl'}\n"
+    print(f"copied {len(names)} handbook pages to {out / 'docs'} ({', '.join(names)}), "
+          f"a datasheet to {out / 'datasheet.pdf'} and the stand-in web to {out / 'web.jsonl'}\n"
           f"next: crag ingest {out / 'docs'}")
     return 0
 

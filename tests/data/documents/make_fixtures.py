@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 HERE = Path(__file__).parent
+SAMPLE = HERE.parents[2] / "src" / "crag" / "sample_data" / "datasheet.pdf"  # `crag demo --export`
 FACT = "The Helio H10 inverter shuts down above 55 degrees Celsius."
 HEADER, FOOTER = "Helio H10 Owner's Handbook", "Page {n} of 3"
 PAGES = [
@@ -138,6 +139,15 @@ def table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def datasheet() -> bytes:
+    """The sample's PDF, for the README's walk-through: a fact the Markdown handbook lacks."""
+    pages = [["Helio H10 datasheet", "Lumen Energy, 2024 edition.",
+              "Usable energy: 10 kilowatt-hours. Continuous power: 5 kilowatts."],
+             ["Operating conditions", "The Helio H10 works between -10 and 45 degrees Celsius.",
+              "Above 40 degrees Celsius the Helio H10 limits its output to 2.5 kilowatts."]]
+    return pdf(pages, title="Helio H10 datasheet")
+
+
 def main() -> None:
     plain = handbook()
     files: dict[str, bytes] = {
@@ -155,9 +165,10 @@ def main() -> None:
     for name, data in files.items():
         (HERE / name).parent.mkdir(exist_ok=True)
         (HERE / name).write_bytes(data)
+    SAMPLE.write_bytes(datasheet())
     docx(HERE / "good" / "installer.docx")
     pptx(HERE / "good" / "launch.pptx")
-    print(f"wrote {len(files) + 2} files under {HERE}")
+    print(f"wrote {len(files) + 2} files under {HERE}, and {SAMPLE}")
 
 
 if __name__ == "__main__":
