@@ -228,3 +228,36 @@ def test_an_unchanged_pdf_is_not_read_again_and_a_skipped_file_is_tried_again(
     monkeypatch.undo()
     shutil.copy(GOOD / "handbook.pdf", folder / "truncated.pdf")  # fixed: it goes in now
     assert crag.ingest([folder], index).files_read == 1
+
+
+# --- any bytes at all -----------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+SAMPLES = {p.suffix: p.read_bytes() for p in sorted(GOOD.iterdir())}
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(suffix=st.sampled_from(sorted({*SAMPLES, ".tsv"})), data=st.data())
+def test_any_damage_to_a_document_is_documents_or_one_ingest_error(
+    tmp_path: Path, suffix: str, data: st.DataObject
+) -> None:
+    """A good file cut short or with bytes overwritten, or bytes of no format at all: the
+    reader gives Documents or an IngestError, never another exception."""
+    good = SAMPLES.get(suffix, SAMPLES[".csv"].replace(b",", b"\t"))
+    damage = data.draw(st.sampled_from(["cut", "overwrite", "random"]))
+    if damage == "cut":
+        content = good[: data.draw(st.integers(0, len(good)))]
+    elif damage == "overwrite":
+        at = data.draw(st.integers(0, len(good) - 1))
+        content = good[:at] + data.draw(st.binary(min_size=1, max_size=64)) + good[at + 64:]
+    else:
+        content = data.draw(st.binary(max_size=512))
+    path = tmp_path / f"damaged{suffix}"
+    path.write_bytes(content)
+    try:
+        for document in read_documents(path):
+            assert document.text.strip() and document.metadata["file_name"] == path.name
+    except crag.IngestError as exc:
+        assert "damaged" in str(exc) and "\n" not in str(exc)
