@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import crag
 from crag.app.cli import PARTIAL, main
@@ -101,7 +104,7 @@ def test_a_table_is_cut_into_groups_of_rows_each_starting_with_the_header_line()
     assert all(d.text.startswith("site,city,installed_kwh,inverter\n") for d in groups)
     spans = [tuple(map(int, d.metadata["rows"].split("-"))) for d in groups]
     assert spans[0][0] == 2 and spans[-1][1] == 43  # line 1 is the header; 42 rows follow
-    assert all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:]))  # every row once, in order
+    assert all(b[0] == a[1] + 1 for a, b in pairwise(spans))  # every row once, in order
 
 
 def test_every_chunk_carries_its_place_which_is_kept_out_of_the_text_a_model_reads(index_dir: Path) -> None:
@@ -216,7 +219,7 @@ def test_an_unchanged_pdf_is_not_read_again_and_a_skipped_file_is_tried_again(
     shutil.copy(BAD / "truncated.pdf", folder)
     index = tmp_path / "index"
     assert crag.ingest([folder], index).files_skipped == 1
-    import crag.ingestion.formats.pdf as pdf
+    from crag.ingestion.formats import pdf
 
     def refuse(*args: object) -> None:
         raise AssertionError("an unchanged PDF was read again")
@@ -231,9 +234,6 @@ def test_an_unchanged_pdf_is_not_read_again_and_a_skipped_file_is_tried_again(
 
 
 # --- any bytes at all -----------------------------------------------------------------------------
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 SAMPLES = {p.suffix: p.read_bytes() for p in sorted(GOOD.iterdir())}
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from llama_index.core.llms import LLM, ChatMessage
 
 from crag.events import Source, Strip
-from crag.trace import Location
 from crag.prompts import SYNTHESIZE_PROMPT
+from crag.trace import Location
 
 NO_KNOWLEDGE = "I found no relevant information to answer this question."
 
