@@ -97,7 +97,8 @@ def test_a_question_without_searchable_words_is_answered_as_not_found(
         ("broken.jsonl", b'{"doc_id": "a", "text": "ok"}\n{"doc_id": "b", "te', "broken.jsonl:2"),
         ("list.jsonl", b'["doc_id", "text"]\n', "list.jsonl:1: expected a JSON object"),
         ("no-text.jsonl", b'{"doc_id": "a", "body": "x"}\n', "no-text.jsonl:1: expected a JSON object"),
-        ("report.pdf", b"%PDF-1.4", "report.pdf: unsupported file type"),
+        ("report.pdf", b"%PDF-1.4", "report.pdf is not a readable PDF (damaged or truncated"),
+        ("sheet.xlsx", b"PK\x03\x04", "sheet.xlsx: unsupported file type"),
     ],
 )
 def test_an_unreadable_file_is_named_and_the_old_index_is_kept(
@@ -126,7 +127,7 @@ def test_files_without_text_are_an_error_not_an_empty_index(
 def test_an_empty_folder_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     message = fails(capsys, "ingest", str(tmp_path / "empty"), "--index", str(tmp_path / "index"))
-    assert "No .txt, .md, .html or .jsonl files found in" in message
+    assert "No .txt, .md, .html, .jsonl, .pdf, .docx, .pptx, .ipynb, .csv or .tsv files found in" in message
 
 
 def test_a_chunk_overlap_not_smaller_than_the_chunk_size_is_a_settings_error(

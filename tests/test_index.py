@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ def docs(tmp_path: Path) -> Path:
     (folder / "corpus.jsonl").write_text(
         json.dumps({"doc_id": "darjeeling", "title": "Darjeeling", "text": "Darjeeling tea grows in India."}) + "\n"
     )
-    (folder / "ignored.pdf").write_bytes(b"%PDF-1.4")
+    (folder / "ignored.xlsx").write_bytes(b"PK\x03\x04")  # a type crag does not read: passed over
     return folder
 
 
@@ -82,14 +83,16 @@ def test_a_changed_file_replaces_only_its_own_chunks(docs: Path, tmp_path: Path)
         ("broken.jsonl", b'{"doc_id": "a", "text": "ok"}\n{not json\n', "broken.jsonl:2"),
     ],
 )
-def test_an_unreadable_file_is_a_clear_error_and_the_old_index_survives(
+def test_an_unreadable_file_is_skipped_with_its_reason_and_the_old_index_survives(
     docs: Path, tmp_path: Path, name: str, content: bytes, message: str
 ) -> None:
     ingest([docs], tmp_path / "index")
     before = ChunkIndex.load(tmp_path / "index")
     (docs / name).write_bytes(content)
-    with pytest.raises(IngestError, match=message):
-        ingest([docs], tmp_path / "index")
+    report = ingest([docs], tmp_path / "index")  # the other files are unchanged: nothing to write
+    assert report.files_skipped == 1 and re.search(message, report.skipped[0])
+    with pytest.raises(IngestError, match=message):  # given alone, nothing can go in: an error
+        ingest([docs / name], tmp_path / "index")
     after = ChunkIndex.load(tmp_path / "index")
     assert [n.node_id for n in after.nodes] == [n.node_id for n in before.nodes]
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from workflows.events import Event, StartEvent
 
 from crag.cost import CostRecord
-from crag.trace import RunTrace, StepRecord
+from crag.trace import Location, RunTrace, StepRecord
 
 
 class Verdict(str, Enum):
@@ -34,8 +34,9 @@ class Grade(BaseModel):
     cached: bool = Field(default=False, description="Read from the grade cache: no model call made.")
 
 
-class Strip(BaseModel):
-    """A small piece of knowledge (one to a few sentences) that keeps its source."""
+class Strip(Location):
+    """A small piece of knowledge (one to a few sentences) that keeps its source (and where in
+    its file it sits)."""
 
     text: str
     source_id: str
@@ -47,8 +48,9 @@ class Strip(BaseModel):
     hop: int = Field(0, description="Which hop found it: 0 the question itself, 1 on its sub-questions.")
 
 
-class Source(BaseModel):
-    """A document that contributed to the answer, numbered as cited."""
+class Source(Location):
+    """A document that contributed to the answer, numbered as cited; `citation()` says where
+    in its file ("handbook.pdf, p. 12") for a page, slide, cell or rows of a document."""
 
     number: int
     kind: Literal["internal", "web"]

@@ -81,7 +81,41 @@ class StripLine(BaseModel):
     url: str | None = None
 
 
-class SourceLine(BaseModel):
+class Location(BaseModel):
+    """Where a chunk sits in the file it came from, read from its metadata: the file's name and
+    the page, slide, notebook cell, table rows or section that hold it, where they apply."""
+
+    file: str | None = Field(default=None, description="The file's name (documents: PDF, Word...).")
+    page: str | None = Field(default=None, description="A PDF page's own label, else its number.")
+    slide: int | None = None
+    cell: int | None = Field(default=None, description="A notebook cell's 1-based number.")
+    rows: str | None = Field(default=None, description='A table\'s line numbers, "2-40".')
+    section: str | None = Field(default=None, description="The heading path, 'Setup / Wiring'.")
+
+    @staticmethod
+    def fields(metadata: dict[str, Any]) -> dict[str, Any]:
+        """The location fields in a chunk's `metadata` (its `file_name` becomes `file`)."""
+        found = {key: metadata[key] for key in ("page", "slide", "cell", "rows", "section")
+                 if metadata.get(key) not in (None, "")}
+        if metadata.get("file_name"):
+            found["file"] = metadata["file_name"]
+        if "page" in found:
+            found["page"] = str(found["page"])
+        return found
+
+    def citation(self) -> str | None:
+        """How a person finds the passage: "handbook.pdf, p. 12", "deck.pptx, slide 3 (Pricing)";
+        None for a chunk with no file name (Markdown, text, the web), cited by its title."""
+        if not self.file:
+            return None
+        place = next((text for value, text in [
+            (self.page, f"p. {self.page}"), (self.slide, f"slide {self.slide}"),
+            (self.cell, f"cell {self.cell}"), (self.rows, f"rows {self.rows}")] if value), None)
+        where = f"{self.file}, {place}" if place else self.file
+        return f"{where} ({self.section})" if self.section else where
+
+
+class SourceLine(Location):
     """A source the answer cites as `[number]`."""
 
     number: int

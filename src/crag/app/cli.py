@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (0 ok, 2 for a clear error, 130 on Ctrl-C).
+    """Entry point; returns the exit code (0 ok, 2 for a clear error, 3 when `crag ingest`
+    left some files out and ingested the rest, 1 for a bug, 130 on Ctrl-C).
 
     Every error is one line on stderr, with API keys removed (a server's error may echo one).
     """
@@ -70,7 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, help="settings file (default: ./crag.toml if present)")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    p = sub.add_parser("ingest", help="index documents (.txt .md .html .jsonl)")
+    p = sub.add_parser(
+        "ingest", help="index documents (.txt .md .html .jsonl .pdf .docx .pptx .ipynb .csv .tsv)",
+        description="Index documents. A file that cannot be read is left out with one line saying "
+        "why, and the rest are ingested. Exit status: 0 every file ingested (or unchanged), "
+        "3 some files left out and the rest ingested, 2 nothing ingested (the index is as it was).",
+    )
     p.add_argument("paths", nargs="+", type=Path)
     p.add_argument("--index", type=Path, help="index folder (default .crag/index)")
     p.add_argument("--chunk-size", type=int)
@@ -131,8 +137,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="ingest the bundled sample documents and ask two questions")
     p.add_argument("--export", type=Path, metavar="DIR",
-                   help="instead, copy the sample documents (DIR/docs) and the stand-in web "
-                   "(DIR/web.jsonl) to a new folder DIR, to try the other commands on")
+                   help="instead, copy the sample documents (DIR/docs, DIR/datasheet.pdf) and the "
+                   "stand-in web (DIR/web.jsonl) to a new folder DIR, to try the other commands on")
     p.set_defaults(func=_demo)
 
     from crag.evaluation.cli import add_evaluation_commands
@@ -183,11 +189,18 @@ def _ingest(args: argparse.Namespace) -> int:
             summarize=summarize,
             vector_store=settings.vector_store,
         )
+    for reason in report.skipped:
+        _say(f"crag: skipped: {reason}")
+    skipped = f", {report.files_skipped} skipped" if report.skipped else ""
     print(
-        f"{report.files_read} file(s) read, {report.files_unchanged} unchanged, "
+        f"{report.files_read} file(s) read, {report.files_unchanged} unchanged{skipped}, "
         f"{report.chunks_added} chunk(s) added; {report.chunks_total} chunk(s) in {settings.index.path}"
     )
-    return 0
+    return PARTIAL if report.skipped else 0
+
+
+PARTIAL = 3
+"""`crag ingest`'s exit status when some files were left out and the rest ingested."""
 
 
 def _ask(args: argparse.Namespace) -> int:
@@ -243,7 +256,7 @@ def _format(result: CragResult) -> str:
     if result.sources:
         lines.append("sources:")
         for s in result.sources:
-            where = s.url or s.title or s.id
+            where = s.url or s.citation() or s.title or s.id
             lines.append(f"  [{s.number}] {s.kind}: {where}")
     for note in result.degraded:
         lines.append(f"degraded: {note}")
@@ -381,9 +394,10 @@ def _export_samples(samples: Path, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     shutil.copytree(samples / "docs", out / "docs")
     shutil.copy2(samples / "web.jsonl", out / "web.jsonl")
+    shutil.copy2(samples / "datasheet.pdf", out / "datasheet.pdf")  # the README's PDF step
     names = sorted(p.name for p in (out / "docs").iterdir())
-    print(f"copied {len(names)} handbook pages to {out / 'docs'} ({', '.join(names)}) "
-          f"and the stand-in web to {out / 'web.jsonl'}\n"
+    print(f"copied {len(names)} handbook pages to {out / 'docs'} ({', '.join(names)}), "
+          f"a datasheet to {out / 'datasheet.pdf'} and the stand-in web to {out / 'web.jsonl'}\n"
           f"next: crag ingest {out / 'docs'}")
     return 0
 

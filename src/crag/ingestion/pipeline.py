@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +21,31 @@ from crag.index.store import (
     load_format1,
     writer_lock,
 )
-from crag.ingestion.readers import find_files, read_documents
+from crag.ingestion.formats import LOCATION_KEYS
+from crag.ingestion.readers import KINDS, find_files, read_bytes, read_documents
 from crag.models import WordLlamaEmbedding
 from crag.text import SPANS_KEY, sentence_spans
 
 
 @dataclass
 class IngestReport:
+    """What one ingest did: files read, unchanged and skipped (each with its one-line reason)."""
+
     files_read: int = 0
     files_unchanged: int = 0
     documents: int = 0
     chunks_added: int = 0
     chunks_total: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def files_skipped(self) -> int:
+        return len(self.skipped)
+
+
+# Where a chunk sits (page, slide, cell...) is carried to its citation, not into the text the
+# splitter budgets for or a model reads: "page: 12" is not knowledge. A section heading stays.
+HIDDEN_KEYS = ("file", "doc_id", *(k for k in LOCATION_KEYS if k != "section"), "cell_type")
 
 
 ProgressCallback = Callable[[str, int, int], None]
@@ -58,7 +71,10 @@ def ingest(
     """Add files to the index at `index_dir`, re-reading only files that changed.
 
     A file whose size, modification time and content hash match the manifest is
-    skipped entirely; a changed file replaces every chunk it produced before.
+    skipped entirely; a changed file replaces every chunk it produced before. A file that
+    cannot be read (encrypted, damaged, not text) is left out with its reason in
+    `IngestReport.skipped`, and the others are ingested; only when no file could be read or
+    was already indexed does the ingest fail (`IngestError`), leaving the index as it was.
 
     `node_parser` cuts documents into chunks (default: a `SentenceSplitter` of
     `chunk_size` tokens) and `chunker` names it; when the name differs from the one
@@ -124,7 +140,7 @@ def _ingest(
         # generation 1 again (which may be the live collection, written under the old index).
         index.vectors = live_vectors
     if not files:
-        raise IngestError(f"No .txt, .md, .html or .jsonl files found in {', '.join(map(str, paths))}.")
+        raise IngestError(f"No {KINDS} files found in {', '.join(map(str, paths))}.")
 
     report = IngestReport()
     unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
@@ -143,20 +159,27 @@ def _ingest(
             if progress:
                 progress("read", number, len(files))
             continue
-        digest = hashlib.sha256(file.read_bytes()).hexdigest()
-        if entry and entry["sha256"] == digest:  # touched, not changed
-            report.files_unchanged += 1
+        try:
+            data = read_bytes(file)
+            digest = hashlib.sha256(data).hexdigest()
+            if entry and entry["sha256"] == digest:  # touched, not changed
+                report.files_unchanged += 1
+                if progress:
+                    progress("read", number, len(files))
+                continue
+            docs = list(read_documents(file, data))
+        except IngestError as exc:  # this file is left out; the others still go in
+            report.skipped.append(str(exc))
             if progress:
                 progress("read", number, len(files))
             continue
-        docs = list(read_documents(file))
         for doc in docs:
             doc.metadata["file"] = key
             # The splitter subtracts the metadata text it would embed from each chunk's
             # budget; the file's path must not count, or where the corpus lives changes
             # the chunk boundaries (and every retrieval result after them).
-            doc.excluded_embed_metadata_keys = ["file", "doc_id"]
-            doc.excluded_llm_metadata_keys = ["file", "doc_id"]
+            doc.excluded_embed_metadata_keys = list(HIDDEN_KEYS)
+            doc.excluded_llm_metadata_keys = list(HIDDEN_KEYS)
         documents.extend(docs)
         changed[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
         report.files_read += 1
@@ -164,6 +187,8 @@ def _ingest(
             progress("read", number, len(files))
 
     report.documents = len(documents)
+    if report.skipped and not changed and not report.files_unchanged:
+        raise IngestError(_nothing_read(report.skipped))
     if not changed:
         if upgrade:
             index.store_settings = vector_store or VectorStoreSettings()
@@ -176,7 +201,7 @@ def _ingest(
         node.metadata["doc_id"] = node.ref_doc_id
         # Split once, here: the grader and refiner read these instead of splitting again.
         node.metadata[SPANS_KEY] = sentence_spans(node.get_content())
-        hidden = {"file", "doc_id", SPANS_KEY}
+        hidden = {*HIDDEN_KEYS, SPANS_KEY}
         # Extend, not replace: a parser's own hidden keys (a sentence window) stay hidden.
         node.excluded_embed_metadata_keys = sorted({*node.excluded_embed_metadata_keys, *hidden})
         node.excluded_llm_metadata_keys = sorted({*node.excluded_llm_metadata_keys, *hidden})
@@ -211,6 +236,13 @@ def _ingest(
     report.chunks_added = len(new_nodes)
     report.chunks_total = len(merged)
     return report
+
+
+def _nothing_read(skipped: list[str]) -> str:
+    """One line for an ingest where every file was skipped: the reason itself, for one file."""
+    if len(skipped) == 1:
+        return skipped[0]
+    return f"None of the {len(skipped)} files could be read: " + " | ".join(skipped)
 
 
 def _embed(model: WordLlamaEmbedding, texts: list[str], progress: ProgressCallback | None) -> np.ndarray:

@@ -1,18 +1,44 @@
-"""Readers for the file types `crag ingest` accepts: .txt, .md, .html and .jsonl."""
+"""Readers for the file types `crag ingest` accepts, keyed by suffix in `READERS`: text
+(.txt, .md, .html, .jsonl) here, documents (PDF, Word, PowerPoint, notebooks, CSV/TSV) in
+`crag.ingestion.formats`."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
+from crag.ingestion.formats.docx import read_docx
+from crag.ingestion.formats.notebook import read_notebook
+from crag.ingestion.formats.pdf import read_pdf
+from crag.ingestion.formats.slides import read_slides
+from crag.ingestion.formats.table import read_table
 
-SUPPORTED = (".txt", ".md", ".markdown", ".html", ".htm", ".jsonl")
+Reader = Callable[[Path, bytes], Iterable[Document]]
+"""`reader(path, data)`: the Documents in one file's bytes; `IngestError` when it cannot."""
+
+
+def _read_text(path: Path, data: bytes) -> Iterator[Document]:
+    return _text_documents(path, data)
+
+
+READERS: dict[str, Reader] = {
+    **dict.fromkeys((".txt", ".md", ".markdown", ".html", ".htm", ".jsonl"), _read_text),
+    ".pdf": read_pdf,
+    ".docx": read_docx,
+    ".pptx": read_slides,
+    ".ipynb": read_notebook,
+    ".csv": read_table,
+    ".tsv": read_table,
+}
+SUPPORTED = tuple(READERS)
+KINDS = ".txt, .md, .html, .jsonl, .pdf, .docx, .pptx, .ipynb, .csv or .tsv"
+"""The supported types, as a sentence names them."""
 
 
 def find_files(paths: list[Path]) -> list[Path]:
@@ -48,10 +74,22 @@ PARAGRAPH_LIMIT = 20_000
 _BREAK = "\n\n\n"  # SentenceSplitter's paragraph separator; crag.text.sentences splits on it too
 
 
-def read_documents(path: Path) -> Iterator[Document]:
-    """Documents in one file: one per file, or one per line of a .jsonl corpus; a paragraph
-    longer than PARAGRAPH_LIMIT is cut into shorter ones (text within the limit is unchanged)."""
-    for document in _read_documents(path):
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, or an `IngestError` naming it."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+
+
+def read_documents(path: Path, data: bytes | None = None) -> Iterator[Document]:
+    """Documents in one file (its bytes `data` when already read): one per file, section, page,
+    slide, cell, group of rows or line of a .jsonl corpus, by type; a paragraph longer than
+    PARAGRAPH_LIMIT is cut into shorter ones (text within the limit is unchanged)."""
+    reader = READERS.get(path.suffix.lower())
+    if reader is None:
+        raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(SUPPORTED)}.")
+    for document in reader(path, read_bytes(path) if data is None else data):
         if len(document.text) > PARAGRAPH_LIMIT:
             document.set_content(bounded_paragraphs(document.text))
         yield document
@@ -75,12 +113,9 @@ def bounded_paragraphs(text: str, limit: int = PARAGRAPH_LIMIT) -> str:
     return _BREAK.join(out)
 
 
-def _read_documents(path: Path) -> Iterator[Document]:
+def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
     try:
-        raw = path.read_bytes()
         text = raw.decode("utf-8")
-    except OSError as exc:
-        raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
     except UnicodeDecodeError:
         raise IngestError(f"{path} is not UTF-8 text; convert it or leave it out.") from None
     if "\x00" in text:

@@ -13,7 +13,7 @@ from crag._offload import off_loop, warm_up
 from crag.events import Strip
 from crag.steps.grading import LexicalEvaluator, context_of
 from crag.text import SPANS_KEY, sentences
-from crag.trace import note_dropped
+from crag.trace import Location, note_dropped
 
 
 class StripRefiner:
@@ -94,6 +94,7 @@ class StripRefiner:
                 doc_id=meta.get("doc_id") or chunk.node.ref_doc_id,
                 title=meta.get("title"),
                 url=meta.get("url"),
+                **Location.fields(meta),
             )
             for sentence in sentences(chunk.node.get_content(), meta.get(SPANS_KEY))
         ]

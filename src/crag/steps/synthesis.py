@@ -9,6 +9,7 @@ from llama_index.core.llms import LLM, ChatMessage
 
 from crag.events import Source, Strip
 from crag.prompts import SYNTHESIZE_PROMPT
+from crag.trace import Location
 
 NO_KNOWLEDGE = "I found no relevant information to answer this question."
 
@@ -29,6 +30,7 @@ def number_sources(strips: Sequence[Strip]) -> tuple[dict[str, int], list[Source
                     doc_id=strip.doc_id,
                     title=strip.title,
                     url=strip.url,
+                    **strip.model_dump(include=set(Location.model_fields)),
                 )
             )
     for source in sources:

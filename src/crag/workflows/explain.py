@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from crag.events import Grade, Source, Strip, Verdict
 from crag.steps.grading import explain_verdict
-from crag.trace import Explanation, GradeLine, SourceLine, StepRecord, StripLine
+from crag.trace import Explanation, GradeLine, Location, SourceLine, StepRecord, StripLine
 
 MAX_DROPPED = 24  # dropped strips listed, best first: enough to see what was left out
 NO_WEB = "no web search is configured, so nothing was searched"
@@ -80,7 +80,8 @@ def explain(
         strips=[_line(s, True) for s in kept] + [_line(s, False) for s in dropped[:MAX_DROPPED]],
         dropped_unlisted=max(0, len(dropped) - MAX_DROPPED),
         answer=answer,
-        sources=[SourceLine(number=s.number, kind=s.kind, id=s.id, title=s.title, url=s.url)
+        sources=[SourceLine(number=s.number, kind=s.kind, id=s.id, title=s.title, url=s.url,
+                            **s.model_dump(include=set(Location.model_fields)))
                  for s in sources],
         degraded=degraded,
     )

@@ -21,6 +21,7 @@ from workflows.events import StopEvent
 from crag.events import CandidatesEvent, CragResult, QueryStartEvent, RetrievedEvent, Strip, Verdict
 from crag.interfaces import Postprocessor, Refiner, Retriever, Synthesizer
 from crag.steps.postprocessing import apply_postprocessors
+from crag.trace import Location
 from crag.workflows.base import RecordedState, RecordedWorkflow, check_query, recording, run_trace
 
 
@@ -117,4 +118,5 @@ def _whole_chunk(chunk: NodeWithScore) -> Strip:
         doc_id=meta.get("doc_id") or chunk.node.ref_doc_id,
         title=meta.get("title"),
         url=meta.get("url"),
+        **Location.fields(meta),
     )

@@ -84,7 +84,7 @@ def why_html(ex: Explanation) -> str:
     sources = "".join(
         f'<li id="crag-source-{s.number}" value="{s.number}">{escape(s.kind)}: '
         + (f'<a href="{escape(s.url)}">{escape(s.title or s.url)}</a>' if s.url
-           else escape(s.title or s.id)) + "</li>"
+           else escape(s.citation() or s.title or s.id)) + "</li>"
         for s in ex.sources)
     web = ""
     if ex.rewritten_query:

@@ -1,0 +1,126 @@
+"""Word (.docx): paragraphs and tables, one Document per section under the Heading styles.
+
+Read with the standard library (zipfile and ElementTree): python-docx brings lxml, 15 MB
+that the default install has no room for, and a .docx body is a few plain XML elements.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from xml.etree import ElementTree
+
+from llama_index.core.schema import Document
+
+from crag.errors import IngestError
+from crag.ingestion.formats import doc_id, require_bytes
+
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_HEADING = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
+_MAX_XML = 200 * 1024 * 1024  # a zip bomb's document.xml is refused before it is inflated
+
+
+def read_docx(path: Path, data: bytes) -> Iterator[Document]:
+    """One Document per section; `section` is the heading path ("Setup / Wiring")."""
+    require_bytes(path, data, "Word document")
+    body, styles = _parts(path, data)
+    title = path.stem
+    sections: list[tuple[list[str], list[str]]] = [([], [])]
+    trail: list[tuple[int, str]] = []
+    for kind, level, text in _blocks(body, styles):
+        if kind == "title" and text:
+            title = text
+        elif kind == "heading" and text:
+            trail = [(lv, h) for lv, h in trail if lv < level] + [(level, text)]
+            sections.append(([h for _, h in trail], []))
+        elif text.strip():
+            sections[-1][1].append(text)
+    number = 0
+    for headings, paragraphs in sections:
+        if not paragraphs:
+            continue
+        metadata = {"title": title, "file_name": path.name}
+        if headings:
+            metadata["section"] = " / ".join(headings)
+        yield Document(text="\n\n".join(paragraphs), id_=doc_id(path, number), metadata=metadata)
+        number += 1
+
+
+def _parts(path: Path, data: bytes) -> tuple[ElementTree.Element, dict[str, str]]:
+    """The document body and the style names by id."""
+    import io
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = set(archive.namelist())
+            if "word/document.xml" not in names:
+                raise IngestError(f"{path} is a zip archive but not a Word document "
+                                  "(no word/document.xml); leave it out.")
+            if archive.getinfo("word/document.xml").file_size > _MAX_XML:
+                raise IngestError(f"{path}: its text unpacks to over 200 MB; split the document.")
+            body = ElementTree.fromstring(archive.read("word/document.xml"))
+            styles = ElementTree.fromstring(archive.read("word/styles.xml")) if "word/styles.xml" in names else None
+    except IngestError:
+        raise
+    except zipfile.BadZipFile:
+        raise IngestError(f"{path} is not a Word document (not a zip archive; an old .doc, "
+                          "or damaged); save it again as .docx.") from None
+    except (ElementTree.ParseError, zipfile.LargeZipFile, OSError, ValueError, EOFError) as exc:
+        raise IngestError(f"{path} is a damaged Word document ({exc}); save it again.") from None
+    return body, _style_names(styles)
+
+
+def _style_names(styles: ElementTree.Element | None) -> dict[str, str]:
+    if styles is None:
+        return {}
+    names = {}
+    for style in styles.iter(f"{_W}style"):
+        name = style.find(f"{_W}name")
+        if name is not None:
+            names[style.get(f"{_W}styleId", "")] = name.get(f"{_W}val", "")
+    return names
+
+
+def _blocks(body: ElementTree.Element, styles: dict[str, str]) -> Iterator[tuple[str, int, str]]:
+    """(kind, heading level, text) for each paragraph and table of the body, in order."""
+    root = body.find(f"{_W}body")
+    for element in (root if root is not None else []):
+        if element.tag == f"{_W}p":
+            yield _paragraph(element, styles)
+        elif element.tag == f"{_W}tbl":
+            yield "text", 0, _table(element)
+
+
+def _paragraph(p: ElementTree.Element, styles: dict[str, str]) -> tuple[str, int, str]:
+    text = _text(p).strip()
+    style = p.find(f"{_W}pPr/{_W}pStyle")
+    style_id = style.get(f"{_W}val", "") if style is not None else ""
+    name = styles.get(style_id, style_id)  # the name is "heading 1" whatever the language of its id
+    if name.strip().lower() == "title":
+        return "title", 0, text
+    heading = _HEADING.match(name.strip())
+    return ("heading", int(heading.group(1)), text) if heading else ("text", 0, text)
+
+
+def _text(element: ElementTree.Element) -> str:
+    parts = []
+    for node in element.iter():
+        if node.tag == f"{_W}t" and node.text:
+            parts.append(node.text)
+        elif node.tag == f"{_W}tab":
+            parts.append("\t")
+        elif node.tag in (f"{_W}br", f"{_W}cr"):
+            parts.append("\n")
+    return "".join(parts)
+
+
+def _table(table: ElementTree.Element) -> str:
+    """One line per row, its cells separated by " | ", so a row reads as one record."""
+    rows = []
+    for row in table.iter(f"{_W}tr"):
+        cells = [" ".join(_text(cell).split()) for cell in row.findall(f"{_W}tc")]
+        if any(cells):
+            rows.append(" | ".join(cells))
+    return "\n".join(rows)

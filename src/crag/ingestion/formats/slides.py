@@ -1,0 +1,61 @@
+"""PowerPoint (.pptx): one Document per slide, with its number and title; needs `crag[office]`.
+
+python-pptx brings lxml (15 MB), which the default install has no room for.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+from llama_index.core.schema import Document
+
+from crag.errors import IngestError
+from crag.ingestion.formats import doc_id, require_bytes
+
+EXTRA_HINT = "pip install 'crag[office]'"
+
+
+def read_slides(path: Path, data: bytes) -> Iterator[Document]:
+    """One Document per slide with text: `slide` is its number, `section` its title."""
+    require_bytes(path, data, "PowerPoint file")
+    try:
+        import pptx
+    except ImportError:
+        raise IngestError(f"{path}: reading .pptx needs the office extra: {EXTRA_HINT}") from None
+    try:
+        deck = pptx.Presentation(io.BytesIO(data))
+        slides = [_slide(slide) for slide in deck.slides]
+    except Exception as exc:  # noqa: BLE001 - python-pptx raises many kinds on a damaged file
+        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise IngestError(f"{path} is not a readable PowerPoint file ({reason}); save it again "
+                          "as .pptx.") from None
+    number = 0
+    for index, (title, text) in enumerate(slides, start=1):
+        if not text.strip():
+            continue
+        metadata = {"title": path.stem, "file_name": path.name, "slide": index}
+        if title:
+            metadata["section"] = title
+        yield Document(text=text, id_=doc_id(path, number), metadata=metadata)
+        number += 1
+
+
+def _slide(slide: object) -> tuple[str, str]:
+    """The slide's title and its text: every shape's paragraphs and table rows, then notes."""
+    title_shape = slide.shapes.title  # type: ignore[attr-defined]
+    title = " ".join(title_shape.text_frame.text.split()) if title_shape is not None else ""
+    parts = []
+    for shape in slide.shapes:  # type: ignore[attr-defined]
+        if title_shape is not None and shape.shape_id == title_shape.shape_id:
+            continue
+        if getattr(shape, "has_text_frame", False):
+            parts.extend(p.text for p in shape.text_frame.paragraphs if p.text.strip())
+        if getattr(shape, "has_table", False):
+            parts.extend(" | ".join(c.text for c in row.cells) for row in shape.table.rows)
+    if slide.has_notes_slide:  # type: ignore[attr-defined]
+        notes = slide.notes_slide.notes_text_frame  # type: ignore[attr-defined]
+        if notes is not None and notes.text.strip():
+            parts.append(notes.text)
+    return title, "\n\n".join(parts)  # bullets rarely end in a full stop: each its own sentence

@@ -1,0 +1,263 @@
+"""Your documents as they are: PDF, Word, PowerPoint, notebooks and tables are read with the
+place of every passage (page, section, slide, cell, rows), cited by it, and a file that cannot
+be read is one line saying why while everything else goes in.
+
+The fixtures are written by tests/data/documents/make_fixtures.py and committed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import crag
+from crag.app.cli import PARTIAL, main
+from crag.ingestion.formats.pdf import drop_running_lines, join_hyphenated
+from crag.ingestion.readers import read_documents
+
+DATA = Path(__file__).parent / "data" / "documents"
+GOOD, BAD = DATA / "good", DATA / "bad"
+
+
+@pytest.fixture(autouse=True)
+def _no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def documents(name: str) -> list:
+    return list(read_documents(GOOD / name))
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    index = tmp_path_factory.mktemp("documents") / "index"
+    report = crag.ingest([GOOD], index)
+    assert report.files_read == 5 and not report.skipped
+    return index
+
+
+def ask(capsys: pytest.CaptureFixture[str], index: Path, question: str) -> dict:
+    assert main(["ask", question, "--index", str(index), "--json", "--quiet"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+# --- each format: its text, and where each piece came from ---------------------------------------
+
+
+def test_a_pdf_is_one_document_per_page_labelled_as_the_pdf_numbers_its_pages() -> None:
+    pages = documents("handbook.pdf")
+    assert [d.metadata["page"] for d in pages] == ["11", "12", "13"]  # /PageLabels starts at 11
+    assert "The Helio H10 inverter shuts down above 55 degrees Celsius." in pages[1].text
+    assert all(d.metadata["file_name"] == "handbook.pdf" for d in pages)
+    assert pages[0].metadata["title"] == "Helio H10 Owner's Handbook"  # the PDF's own title
+
+
+def test_a_pdf_page_loses_its_running_header_and_footer_and_joins_hyphenated_words() -> None:
+    text = documents("handbook.pdf")[1].text
+    assert "Owner's Handbook" not in text and "Page 2 of 3" not in text
+    assert "when the installation was done" in text
+
+
+def test_running_lines_are_those_on_most_pages_whatever_their_page_number() -> None:
+    bodies = ["Charge it.", "Mount it.", "Wire it.", "Clean it."]
+    pages = [f"ACME manual\n{body}\nPage {n}" for n, body in enumerate(bodies, 1)] + ["ACME rules."]
+    assert drop_running_lines(pages) == [*bodies, "ACME rules."]
+    assert drop_running_lines(["A\nx", "A\ny"]) == ["A\nx", "A\ny"]  # two pages: nothing is "most"
+    assert join_hyphenated("declara-\ntions and Wi-\nFi") == "declarations and Wi-\nFi"
+
+
+def test_a_word_document_is_cut_at_its_headings_and_each_part_keeps_its_heading_path() -> None:
+    parts = documents("installer.docx")
+    assert [d.metadata.get("section") for d in parts] == [
+        None, "Installation", "Installation / Wiring", "Maintenance"]
+    assert parts[0].metadata["title"] == "Installer guide"  # the Title style, not the file name
+    assert "16 square millimetres" in parts[2].text
+    assert "Mains | 16 mm2" in parts[2].text  # a table row reads as one line
+    assert not any("Installation" in d.text for d in parts)  # headings are metadata, not text
+
+
+def test_a_slide_deck_is_one_document_per_slide_with_its_number_and_title() -> None:
+    slides = documents("launch.pptx")
+    assert [(d.metadata["slide"], d.metadata["section"]) for d in slides] == [
+        (1, "Helio H10 launch"), (2, "Pricing"), (3, "Roadmap")]
+    assert slides[1].text == "The Helio H10 costs 4,900 euros before subsidies."
+
+
+def test_a_notebook_is_one_document_per_cell_numbered_as_in_jupyter() -> None:
+    cells = documents("notebook.ipynb")
+    assert [d.metadata["cell"] for d in cells] == [1, 2, 4]  # cell 3 is empty
+    assert cells[0].metadata["title"] == "Battery analysis"
+    assert cells[1].metadata["cell_type"] == "code" and "import statistics" in cells[1].text
+
+
+def test_a_table_is_cut_into_groups_of_rows_each_starting_with_the_header_line() -> None:
+    groups = documents("sites.csv")
+    assert len(groups) > 1
+    assert all(d.text.startswith("site,city,installed_kwh,inverter\n") for d in groups)
+    spans = [tuple(map(int, d.metadata["rows"].split("-"))) for d in groups]
+    assert spans[0][0] == 2 and spans[-1][1] == 43  # line 1 is the header; 42 rows follow
+    assert all(b[0] == a[1] + 1 for a, b in pairwise(spans))  # every row once, in order
+
+
+def test_every_chunk_carries_its_place_which_is_kept_out_of_the_text_a_model_reads(index_dir: Path) -> None:
+    chunks = crag.ChunkIndex.load(index_dir).nodes
+    by_file = {n.metadata["file_name"] for n in chunks}
+    assert by_file == {"handbook.pdf", "installer.docx", "launch.pptx", "notebook.ipynb", "sites.csv"}
+    table = [n for n in chunks if n.metadata["file_name"] == "sites.csv"]
+    assert all(n.get_content().startswith("site,city") for n in table)  # no group was cut in two
+    from llama_index.core.schema import MetadataMode
+
+    page = next(n for n in chunks if n.metadata.get("page") == "12")
+    for mode in (MetadataMode.EMBED, MetadataMode.LLM):
+        assert "page: 12" not in page.get_content(mode) and "handbook.pdf" not in page.get_content(mode)
+
+
+# --- citations ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "fields", "citation"),
+    [
+        ("At what temperature does the inverter shut down?",
+         {"file": "handbook.pdf", "page": "12"}, "handbook.pdf, p. 12"),
+        ("What cable is used for the mains feed?",
+         {"file": "installer.docx", "section": "Installation / Wiring"}, "installer.docx (Installation / Wiring)"),
+        ("How much does the Helio H10 cost before subsidies?",
+         {"file": "launch.pptx", "slide": 2, "section": "Pricing"}, "launch.pptx, slide 2 (Pricing)"),
+        ("What was the median battery temperature over the year?",
+         {"file": "notebook.ipynb", "cell": 4}, "notebook.ipynb, cell 4"),
+        ("Which site is in Zwolle?", {"file": "sites.csv", "rows": "2-22"}, "sites.csv, rows 2-22"),
+    ],
+    ids=["pdf", "docx", "pptx", "ipynb", "csv"],
+)
+def test_an_answer_cites_the_page_section_slide_cell_or_rows_it_came_from(
+    capsys: pytest.CaptureFixture[str], index_dir: Path, question: str, fields: dict, citation: str
+) -> None:
+    source = ask(capsys, index_dir, question)["sources"][0]
+    assert {key: source[key] for key in fields} == fields
+    assert main(["ask", question, "--index", str(index_dir), "--quiet"]) == 0
+    assert f"[1] internal: {citation}\n" in capsys.readouterr().out
+
+
+# --- files that cannot be read ------------------------------------------------------------------
+
+REASONS = {
+    "encrypted.pdf": "encrypted.pdf is encrypted (it needs a password)",
+    "scanned.pdf": "scanned.pdf has no text layer (a scanned or image-only PDF); run OCR first (e.g. `ocrmypdf",
+    "truncated.pdf": "truncated.pdf is not a readable PDF (damaged or truncated",
+    "empty.pdf": "empty.pdf is empty (0 bytes)",
+    "not-a-zip.docx": "not-a-zip.docx is not a Word document (not a zip archive",
+    "broken.ipynb": "broken.ipynb is not a readable notebook (broken JSON at line",
+    "mixed.csv": "mixed.csv is not UTF-8 text (byte 0xe1 on line 3",
+}
+
+
+def test_each_bad_file_is_one_line_with_its_reason_and_every_other_file_goes_in(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "mixed"
+    shutil.copytree(GOOD, folder)
+    shutil.copytree(BAD, folder, dirs_exist_ok=True)
+    assert main(["ingest", str(folder), "--index", str(tmp_path / "index"), "--quiet"]) == PARTIAL == 3
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == len(REASONS) and "Traceback" not in captured.err
+    for name, reason in REASONS.items():
+        assert sum(reason in line and line.startswith("crag: skipped: ") for line in lines) == 1, name
+    assert captured.out.startswith("5 file(s) read, 0 unchanged, 7 skipped, ")
+    files = {n.metadata["file_name"] for n in crag.ChunkIndex.load(tmp_path / "index").nodes}
+    assert files == {"handbook.pdf", "installer.docx", "launch.pptx", "notebook.ipynb", "sites.csv"}
+
+
+@pytest.mark.parametrize("name", sorted(REASONS))
+def test_a_bad_file_alone_is_an_error_and_the_index_is_as_it_was(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    index = tmp_path / "index"
+    crag.ingest([GOOD / "notebook.ipynb"], index)
+    before = [n.node_id for n in crag.ChunkIndex.load(index).nodes]
+    assert main(["ingest", str(BAD / name), "--index", str(index), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crag: error: ") and err.count("\n") == 1 and REASONS[name] in err
+    assert [n.node_id for n in crag.ChunkIndex.load(index).nodes] == before
+
+
+def test_only_bad_files_is_one_error_naming_each(tmp_path: Path) -> None:
+    with pytest.raises(crag.IngestError, match="None of the 2 files could be read: .*empty.pdf.*mixed.csv"):
+        crag.ingest([BAD / "empty.pdf", BAD / "mixed.csv"], tmp_path / "index")
+    assert not (tmp_path / "index").exists()
+
+
+def test_a_pptx_without_the_office_extra_names_the_install_that_fixes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pptx", None)  # as if python-pptx were not installed
+    with pytest.raises(crag.IngestError, match=r"launch.pptx: reading .pptx needs the office extra: "
+                       r"pip install 'crag\[office\]'"):
+        documents("launch.pptx")
+
+
+# --- ingesting again ----------------------------------------------------------------------------
+
+
+def test_an_unchanged_pdf_is_not_read_again_and_a_skipped_file_is_tried_again(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    shutil.copy(GOOD / "handbook.pdf", folder)
+    shutil.copy(BAD / "truncated.pdf", folder)
+    index = tmp_path / "index"
+    assert crag.ingest([folder], index).files_skipped == 1
+    from crag.ingestion.formats import pdf
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("an unchanged PDF was read again")
+
+    monkeypatch.setattr(pdf, "_extract", refuse)
+    (folder / "truncated.pdf").unlink()
+    report = crag.ingest([folder], index)
+    assert (report.files_read, report.files_unchanged, report.files_skipped) == (0, 1, 0)
+    monkeypatch.undo()
+    shutil.copy(GOOD / "handbook.pdf", folder / "truncated.pdf")  # fixed: it goes in now
+    assert crag.ingest([folder], index).files_read == 1
+
+
+# --- any bytes at all -----------------------------------------------------------------------------
+
+SAMPLES = {p.suffix: p.read_bytes() for p in sorted(GOOD.iterdir())}
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(suffix=st.sampled_from(sorted({*SAMPLES, ".tsv"})), data=st.data())
+def test_any_damage_to_a_document_is_documents_or_one_ingest_error(
+    tmp_path: Path, suffix: str, data: st.DataObject
+) -> None:
+    """A good file cut short or with bytes overwritten, or bytes of no format at all: the
+    reader gives Documents or an IngestError, never another exception."""
+    good = SAMPLES.get(suffix, SAMPLES[".csv"].replace(b",", b"\t"))
+    damage = data.draw(st.sampled_from(["cut", "overwrite", "random"]))
+    if damage == "cut":
+        content = good[: data.draw(st.integers(0, len(good)))]
+    elif damage == "overwrite":
+        at = data.draw(st.integers(0, len(good) - 1))
+        content = good[:at] + data.draw(st.binary(min_size=1, max_size=64)) + good[at + 64:]
+    else:
+        content = data.draw(st.binary(max_size=512))
+    path = tmp_path / f"damaged{suffix}"
+    path.write_bytes(content)
+    try:
+        for document in read_documents(path):
+            assert document.text.strip() and document.metadata["file_name"] == path.name
+    except crag.IngestError as exc:
+        assert "damaged" in str(exc) and "\n" not in str(exc)
