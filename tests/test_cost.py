@@ -229,3 +229,22 @@ def test_a_served_run_keeps_its_budget_and_records_its_cost(
         assert result.cost.calls <= 2 and any("budget" in n for n in result.cost.notes)
         assert result.answer.strip()
     assert len(model_env.requests_to("/chat/completions")) <= 4, "each run has a budget of its own"
+
+
+def test_the_trace_page_shows_each_steps_tokens_cache_hits_and_the_budget(
+    capsys: pytest.CaptureFixture[str], model_env: LoopbackServer, own_sample_index_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from crag.app.render import trace_html
+    from crag.app.render.explain import explanation_html
+    from crag.workflows import CorrectiveRAGWorkflow
+
+    question = "What warranty does Lumen give on the Helio H10?"
+    _ask_json(capsys, question, "--index", str(own_sample_index_dir))  # fills the cache
+    monkeypatch.setenv("CRAG_BUDGET__CALLS", "0")
+    result = CragResult.model_validate(_ask_json(capsys, question, "--index", str(own_sample_index_dir)))
+    page = trace_html(CorrectiveRAGWorkflow, result.trace)
+    assert re.search(r"\d+ cached", page) and "grades from the cache" in page
+    assert "budget reached" in page
+    fragment = explanation_html(result.trace.explanation, result.cost)
+    assert "budget reached" in fragment and "cached grade" in fragment

@@ -10,6 +10,7 @@ import re
 from html import escape
 
 from crag.app.render.layout import MONO
+from crag.cost import CostRecord
 from crag.trace import Explanation, GradeLine, StripLine
 
 ZONE = {"upper": "#15803d", "between": "#d97706", "below": "#b91c1c"}  # a grade bar's colour
@@ -66,9 +67,12 @@ def grades_svg(ex: Explanation, width: int = 560) -> str:
     return "\n".join([*parts, "</svg>"])
 
 
-def explanation_html(ex: Explanation) -> str:
-    """The why of one run, for the live page (an HTML fragment): `why_html`, then `strips_html`."""
-    return why_html(ex) + strips_html(ex)
+def explanation_html(ex: Explanation, cost: CostRecord | None = None) -> str:
+    """The why of one run, for the live page (an HTML fragment): `why_html`, then `strips_html`,
+    then what was worked around and what the model cost (its budget's note included)."""
+    notes = "".join(f'<p class="degraded">⚠ {escape(line)}</p>' for line in ex.degraded)
+    spent = f'<p class="cost">{escape(cost.line())}</p>' if cost is not None and (cost.calls or cost.cache_hits) else ""
+    return why_html(ex) + strips_html(ex) + notes + spent
 
 
 def why_html(ex: Explanation) -> str:

@@ -132,6 +132,8 @@ SCRIPT = r"""
       const parts = [fmt(ev.seconds || 0)];
       if (rec.llm_calls) parts.push(`${rec.llm_calls} LLM`);
       if (rec.search_calls) parts.push(`${rec.search_calls} search`);
+      if (rec.prompt_tokens || rec.completion_tokens) parts.push(`${rec.prompt_tokens + rec.completion_tokens} tok`);
+      if (rec.cache_hits) parts.push(`${rec.cache_hits} cached`);
       const note = n.querySelector("text.note");
       if (note) note.textContent = parts.join(" · ");
       const title = n.querySelector("title");

@@ -54,16 +54,20 @@ def _note(records: list[StepRecord]) -> str:
     parts.append(seconds(sum(r.seconds for r in records)))
     llm, search = sum(r.llm_calls for r in records), sum(r.search_calls for r in records)
     tokens = sum(r.prompt_tokens + r.completion_tokens for r in records)
+    cached = sum(r.cache_hits for r in records)
     parts += [f"{llm} LLM"] * bool(llm) + [f"{search} search"] * bool(search)
-    parts += [f"{tokens} tok"] * bool(tokens) + ["error"] * any(r.error for r in records)
+    parts += [f"{tokens} tok"] * bool(tokens) + [f"{cached} cached"] * bool(cached)
+    parts += ["error"] * any(r.error for r in records)
     return " · ".join(parts)
 
 
 def _tip(r: StepRecord) -> str:
     lines = [f"ran {seconds(r.seconds)}, from {r.started:.3f} s to {r.ended:.3f} s",
              f"in: {r.input_event}; out: {', '.join(r.output_events) or 'nothing'}",
-             f"LLM calls: {r.llm_calls}, tokens: {r.prompt_tokens} in, {r.completion_tokens} out; "
-             f"searches: {r.search_calls}"]
+             f"LLM calls: {r.llm_calls}, tokens: {r.prompt_tokens} in, {r.completion_tokens} out"
+             + (" (estimated: the server reported none)" if r.estimated_tokens else "")
+             + (f", {r.cache_hits} grades from the cache" if r.cache_hits else "")
+             + f"; searches: {r.search_calls}"]
     if r.error:
         lines.append(f"error: {r.error}")
     if r.degraded:
@@ -176,6 +180,7 @@ def trace_body(workflow: Workflow | type[Workflow], trace: RunTrace, *, title: s
     ])
     issues = [f"{s.name}: {s.error}" for s in trace.steps if s.error]
     issues += [f"{s.name}: {s.degraded}" for s in trace.steps if s.degraded]
+    issues += trace.notes  # the run's own limits: a budget reached
     verdict = escape(trace.verdict or "none")
     badge = f'<span class="verdict" style="background:{colour}">{verdict}</span>'
     ex = trace.explanation

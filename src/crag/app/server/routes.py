@@ -93,7 +93,7 @@ def crag_routes(
             return result
         if result.trace.explanation is None:
             return JSONResponse({"detail": "This run recorded no explanation."}, status_code=404)
-        return HTMLResponse(explanation_html(result.trace.explanation))
+        return HTMLResponse(explanation_html(result.trace.explanation, result.cost))
 
     return [
         Route("/health", health, methods=["GET"]),
