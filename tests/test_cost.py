@@ -21,6 +21,7 @@ from loopback import (
     uvicorn_serving,
 )
 
+import crag
 from crag.app.cli import main
 from crag.app.server import build_server
 from crag.budget import Budget, BudgetReached, spending
@@ -29,6 +30,7 @@ from crag.cost import CostRecord, cost_of, count_tokens, total
 from crag.events import CragResult
 from crag.models import BudgetedLLM, openai_llm
 from crag.steps.grading import LLMGrader
+from crag.steps.rewriting import LLMRewriter
 from crag.testing import FakeLLM, FixedGrader
 from crag.trace import StepRecord, attributing_calls_to, install_llm_call_counter
 
@@ -248,3 +250,29 @@ def test_the_trace_page_shows_each_steps_tokens_cache_hits_and_the_budget(
     assert "budget reached" in page
     fragment = explanation_html(result.trace.explanation, result.cost)
     assert "budget reached" in fragment and "cached grade" in fragment
+
+
+async def test_a_speculative_rewrite_still_calling_when_the_answer_is_ready_is_counted(
+    sample_settings: Settings, sample_index: crag.ChunkIndex
+) -> None:
+    llm = FakeLLM(reply=lambda prompt: "helio warranty", latency=0.3)  # slower than the whole run
+    workflow = crag.build_workflow(sample_settings, index=sample_index, rewriter=LLMRewriter(llm))
+    result = await workflow.run(query="What warranty does Lumen give on the Helio H10?")
+    assert result.verdict.value == "correct" and len(llm.calls) == 1
+    assert result.cost.per_step["rewrite"].calls == 1 == result.cost.calls
+
+
+class _HangingRewriter:
+    async def rewrite(self, query: str) -> str:
+        await asyncio.Event().wait()
+        return query
+
+
+async def test_a_hanging_speculative_step_does_not_hold_a_ready_answer(
+    sample_settings: Settings, sample_index: crag.ChunkIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("crag.workflows.base.SETTLE_SECONDS", 0.05)
+    workflow = crag.build_workflow(sample_settings, index=sample_index, rewriter=_HangingRewriter())
+    result = await workflow.run(query="What warranty does Lumen give on the Helio H10?")
+    assert result.verdict.value == "correct" and "12-year" in result.answer
+    assert any("still calling the model" in note for note in result.trace.notes)

@@ -18,6 +18,8 @@ benchmarks/throughput.py for what a run costs the server.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from time import perf_counter
@@ -75,8 +77,12 @@ class RecordedWorkflow(Workflow):
         each takes the budget with it (a context variable), so every step charges the same one."""
         limits = self.budget
         budget = Budget(calls=limits.calls, tokens=limits.tokens, seconds=limits.seconds)
-        with spending(budget):
-            return super().run(*args, **kwargs)
+        token = _steps_running.set(_StepsRunning())
+        try:
+            with spending(budget):
+                return super().run(*args, **kwargs)
+        finally:
+            _steps_running.reset(token)
 
     def run_cost(self, trace: RunTrace) -> CostRecord:
         """The run's cost record: calls, tokens and cache hits per step, money at the set prices,
@@ -126,6 +132,9 @@ async def recording(ctx: Context[Any], name: str, ev: Any) -> AsyncIterator[Step
     `CragError` becomes a `StepError` naming the step.
     """
     ctx.write_event_to_stream(StepProgressEvent(step=name, status="started"))
+    running = _steps_running.get()
+    if running is not None:
+        running.count += 1
     started = await ctx.store.get("started")
     record = StepRecord(name=name, input_event=type(ev).__name__, started=perf_counter() - started)
     try:
@@ -140,9 +149,40 @@ async def recording(ctx: Context[Any], name: str, ev: Any) -> AsyncIterator[Step
     finally:
         record.ended = perf_counter() - started
         await ctx.store.set(f"records.{name}", record)
+        if running is not None:
+            running.count -= 1
         ctx.write_event_to_stream(
             StepProgressEvent(step=name, status="finished", seconds=record.seconds, record=record)
         )
+
+
+class _StepsRunning:
+    """How many of one run's steps are inside `recording` now."""
+
+    count = 0
+
+
+_steps_running: contextvars.ContextVar[_StepsRunning | None] = contextvars.ContextVar(
+    "crag_steps_running", default=None
+)
+
+
+# How long a finished answer waits for a speculative step still calling the model.
+SETTLE_SECONDS = 2.0
+
+
+async def other_steps_finished(timeout: float | None = None) -> bool:
+    """Wait until no other step of this run is still working, at most `timeout` seconds; False
+    if one still is. A speculative rewrite whose model call is in flight when the answer is
+    ready has been paid for, so the run's trace and cost should count it; usually nothing is
+    running and this returns at once, but a model that hangs must not hold a ready answer."""
+    running = _steps_running.get()
+    deadline = perf_counter() + (SETTLE_SECONDS if timeout is None else timeout)
+    while running is not None and running.count > 0:
+        if perf_counter() >= deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
 
 
 def run_trace(state: RecordedState, query: str, verdict: str | None) -> RunTrace:

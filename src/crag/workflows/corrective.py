@@ -71,6 +71,7 @@ from crag.workflows.base import (
     RecordedWorkflow,
     check_query,
     describe,
+    other_steps_finished,
     recording,
     run_sync,
     run_trace,
@@ -377,8 +378,12 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                 record.degraded = f"synthesizer failed ({describe(exc)}); extractive answer"
                 answer, sources = await self.fallback_synthesizer.synthesize(state.query, strips)
             record.output_events.append(StopEvent.__name__)
+        settled = await other_steps_finished()
         state = await ctx.store.get_state()
         trace = run_trace(state, state.query, state.verdict.value)
+        if not settled:
+            trace.notes.append("cost: a speculative step was still calling the model when the answer "
+                               "was ready; its call is not counted here")
         rewritten = state.rewritten_query if state.verdict is not Verdict.CORRECT else None
         trace.explanation = explain(
             verdict=state.verdict, grades=state.grades, upper=self.upper, lower=self.lower,
