@@ -127,7 +127,7 @@ def test_a_failed_write_leaves_the_old_index_and_its_vectors_searchable(
     def crash(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("crag.index.store._fsync_dir", crash)  # after the vectors, before the switch
+    monkeypatch.setattr("crag.index.layout.fsync_dir", crash)  # after the vectors, before the switch
     with pytest.raises(IngestError, match="the index is unchanged"):
         ingest([docs], tmp_path / "index", vector_store=settings)
     monkeypatch.undo()
