@@ -159,12 +159,9 @@ def test_a_new_file_or_table_is_created(tmp_path: Path) -> None:
     set_table_values(tmp_path / "new.toml", "grader", {"upper": 0.5, "lower": 0.25})
     assert Settings.load(tmp_path / "new.toml", env={}).grader.lower == 0.25
     other = tmp_path / "other.toml"
-    other.write_text('[llm]\nmodel = "m"\n\n[grader.extra]\n')
-    with pytest.raises(
-        ConfigError, match="sub-tables"
-    ):  # [grader] exists only through [grader.extra]
-        set_table_values(other, "grader", {"upper": 0.5})
-    assert other.read_text() == '[llm]\nmodel = "m"\n\n[grader.extra]\n'
+    other.write_text('[llm]\nmodel = "m"\n\n[grader.extra]\n')  # [grader] only through a sub-table
+    set_table_values(other, "grader", {"upper": 0.5})
+    assert other.read_text() == '[llm]\nmodel = "m"\n\n[grader]\nupper = 0.5\n\n[grader.extra]\n'
 
 
 def test_only_the_named_keys_change(tmp_path: Path) -> None:
@@ -181,10 +178,24 @@ def test_only_the_named_keys_change(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "text, edited",
+    [
+        ("grader = { upper = 0.6 }  # mine\n", "grader = { upper = 0.5 }  # mine\n"),
+        ("grader.upper = 0.6\n", "grader.upper = 0.5\n"),
+    ],
+)
+def test_an_inline_table_or_dotted_keys_are_edited_in_their_own_form(
+    tmp_path: Path, text: str, edited: str
+) -> None:
+    path = tmp_path / "crag.toml"
+    path.write_text(text)
+    set_table_values(path, "grader", {"upper": 0.5})
+    assert path.read_text() == edited
+
+
+@pytest.mark.parametrize(
     "text, message",
     [
-        ("grader = { upper = 0.6 }\n", "inline, with dotted keys"),
-        ("grader.upper = 0.6\n", "inline, with dotted keys"),
         ("[grader\n", "not valid TOML"),
         ("grader = 3\n", "not a table"),
     ],
