@@ -11,8 +11,7 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from crag.errors import ConfigError
 from crag.evaluation.cascade import band_result, fit_band
 from crag.events import Grade
-from crag.steps.grading import decide_verdict
-from crag.steps.grading_cost import CascadeGrader
+from crag.steps.grading import CascadeGrader, decide_verdict
 
 UPPER, LOWER = 0.677, 0.327
 

@@ -17,7 +17,7 @@ from pydantic import PrivateAttr
 
 import crag.index.lexical
 import crag.models.local
-import crag.steps.web_search
+import crag.steps.web_search.local
 import crag.text
 from crag import Settings
 from crag.config import PostprocessSettings
@@ -120,7 +120,7 @@ def test_a_built_workflow_has_loaded_everything_a_run_needs(
     monkeypatch.setattr(crag.models.local, "_bundled_wordllama", loading)
     monkeypatch.setattr("nltk.tokenize.PunktTokenizer", loading)
     monkeypatch.setattr(crag.index.lexical, "BM25", loading)
-    monkeypatch.setattr(crag.steps.web_search, "BM25", loading)
+    monkeypatch.setattr(crag.steps.web_search.local, "BM25", loading)
     monkeypatch.setattr(crag.text.TermStats, "from_texts", loading)
     for question, verdict in QUESTIONS.items():
         assert workflow.ask(question).verdict is verdict

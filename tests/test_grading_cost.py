@@ -11,11 +11,11 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from crag.errors import GradeParseError
 from crag.events import Grade
 from crag.index.grade_cache import GradeCache
-from crag.steps.grading import LLMGrader
-from crag.steps.grading_cost import (
+from crag.steps.grading import (
     BatchLLMGrader,
     CachedGrader,
     CascadeGrader,
+    LLMGrader,
     parse_batch_grades,
     prompt_version,
 )

@@ -14,8 +14,14 @@ from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, W
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.prompts import BATCH_GRADE_PROMPT, GRADE_PROMPT
 from crag.steps.decomposition import LLMDecomposer, RuleDecomposer
-from crag.steps.grading import LexicalEvaluator, LLMGrader
-from crag.steps.grading_cost import BatchLLMGrader, CachedGrader, CascadeGrader, prompt_version
+from crag.steps.grading import (
+    BatchLLMGrader,
+    CachedGrader,
+    CascadeGrader,
+    LexicalEvaluator,
+    LLMGrader,
+    prompt_version,
+)
 from crag.steps.postprocessing import check_index, postprocessors_for, retrieval_depth
 from crag.steps.refining import StripRefiner
 from crag.steps.retrieval import HybridRetriever

@@ -1,61 +1,16 @@
-"""Relevance graders and the verdict policy of the CRAG paper."""
+"""The offline relevance evaluator: no model, an absolute score in [0, 1] per chunk."""
 
 from __future__ import annotations
 
-import asyncio
-import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.schema import NodeWithScore
 
 from crag import text
-from crag._offload import off_loop, warm_up
-from crag.errors import GradeParseError
-from crag.events import Grade, Verdict
-from crag.interfaces import Grader
-from crag.prompts import GRADE_PROMPT
+from crag._offload import off_loop
+from crag.events import Grade
 from crag.text import SPANS_KEY, TermStats, sentences, terms, weighted_coverage
-
-
-def decide_verdict(
-    grades: Sequence[Grade], upper: float, lower: float, *, coverage: float | None = None, cover: float = 0.0
-) -> Verdict:
-    """Correct if some chunk scores >= upper and the kept chunks together cover the question
-    (`coverage` >= `cover`, when a coverage is given); Incorrect if all score < lower; else
-    Ambiguous.
-
-    A binary yes/no grader is the case `upper == lower`: any "yes" is Correct, else Incorrect.
-    """
-    best = max((g.score for g in grades), default=0.0)
-    if best >= upper and (coverage is None or coverage >= cover):
-        return Verdict.CORRECT
-    if best < lower:
-        return Verdict.INCORRECT
-    return Verdict.AMBIGUOUS
-
-
-def explain_verdict(
-    grades: Sequence[Grade], upper: float, lower: float, *, coverage: float | None = None, cover: float = 0.0
-) -> str:
-    """`decide_verdict`'s rule as it applied to these grades, in one sentence."""
-    verdict = decide_verdict(grades, upper, lower, coverage=coverage, cover=cover)
-    if not grades:
-        return f"Incorrect: nothing was retrieved, so no grade could reach the lower threshold {lower:g}."
-    best = max(g.score for g in grades)
-    n = len(grades)
-    if verdict is Verdict.CORRECT:
-        return f"Correct: the best of {n} grades, {best:.2f}, reached the upper threshold {upper:g}."
-    if best >= upper and coverage is not None:
-        return (f"Ambiguous: the best of {n} grades, {best:.2f}, reached the upper threshold {upper:g}, "
-                f"but the kept chunks together cover only {coverage:.2f} of the question, below {cover:g}.")
-    if verdict is Verdict.INCORRECT:
-        return (f"Incorrect: all {n} grades were below the lower threshold {lower:g} "
-                f"(the best was {best:.2f}).")
-    passed = sum(g.score >= lower for g in grades)
-    return (f"Ambiguous: the best of {n} grades, {best:.2f}, is between the lower threshold {lower:g} "
-            f"and the upper {upper:g}; {passed} chunk{'s' * (passed != 1)} passed the lower one.")
 
 
 class LexicalEvaluator:
@@ -168,70 +123,6 @@ class LexicalEvaluator:
             )
             for c in chunks
         ]
-
-
-_NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)(?:\s*/\s*10)?(?!\.?\d)")
-
-
-def parse_grade(reply: str) -> float:
-    """Read a 0-10 rating (or yes/no) from a model's reply; raise GradeParseError otherwise.
-
-    A decimal strictly between 0 and 1 ("0.8") is read as the probability the model
-    meant, not as 0.08 on the prompt's scale.
-    """
-    text = reply.strip().lower()
-    match = _NUMBER.search(text)
-    if match:
-        number = match.group(1)
-        value = float(number)
-        if "." in number and 0.0 < value < 1.0 and "/" not in match.group(0):
-            return value
-        if 0.0 <= value <= 10.0:
-            return value / 10.0
-        raise GradeParseError(f"grade {number} is outside 0-10 in reply {reply[:80]!r}")
-    first = re.findall(r"[a-z]+", text)[:3]
-    if "yes" in first or "relevant" in first[:1]:
-        return 1.0
-    if "no" in first or "irrelevant" in first[:1]:
-        return 0.0
-    raise GradeParseError(f"no 0-10 rating or yes/no in reply {reply[:80]!r}")
-
-
-class LLMGrader:
-    """Grades every chunk with a chat model, all chunks concurrently (bounded).
-
-    An unparseable reply or a failed call falls back to `fallback` for that chunk,
-    and the grade's `note` says so.
-    """
-
-    name = "llm"
-
-    def __init__(self, llm: LLM, fallback: Grader, *, concurrency: int = 32, max_chars: int = 4000) -> None:
-        self.llm = llm
-        self.fallback = fallback
-        self.concurrency = concurrency
-        self.max_chars = max_chars
-
-    def warm_up(self) -> None:
-        """Load the fallback's models (the chat model connects on its first call)."""
-        warm_up(self.fallback)
-
-    async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
-        limit = asyncio.Semaphore(self.concurrency)
-
-        async def one(chunk: NodeWithScore) -> Grade:
-            prompt = GRADE_PROMPT.format(query=query, document=chunk.node.get_content()[: self.max_chars])
-            try:
-                async with limit:
-                    reply = await self.llm.achat([ChatMessage(role="user", content=prompt)])
-                score = parse_grade(reply.message.content or "")
-                return Grade(chunk_id=chunk.node.node_id, score=score, grader=self.name)
-            except Exception as exc:  # noqa: BLE001 - any model failure degrades to the fallback
-                (fallback,) = await self.fallback.grade(query, [chunk])
-                reason = str(exc) if isinstance(exc, GradeParseError) else type(exc).__name__
-                return fallback.model_copy(update={"note": f"LLM grade unusable ({reason}); used {fallback.grader}"})
-
-        return list(await asyncio.gather(*(one(c) for c in chunks)))
 
 
 @lru_cache(maxsize=4096)

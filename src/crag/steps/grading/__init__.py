@@ -1,0 +1,30 @@
+"""Relevance graders and the verdict policy of the CRAG paper.
+
+- `verdict`: Correct, Incorrect or Ambiguous from the grades (`decide_verdict`);
+- `lexical`: the offline evaluator (`LexicalEvaluator`), no model;
+- `llm`: a chat model grades each chunk (`LLMGrader`);
+- `batch`: one call grades all chunks (`BatchLLMGrader`);
+- `cascade`: the model grades only where the offline evaluator is unsure (`CascadeGrader`);
+- `cache`: grades kept and read back (`CachedGrader`).
+"""
+
+from crag.steps.grading.batch import BatchLLMGrader, parse_batch_grades
+from crag.steps.grading.cache import CachedGrader, prompt_version
+from crag.steps.grading.cascade import CascadeGrader
+from crag.steps.grading.lexical import LexicalEvaluator, context_of
+from crag.steps.grading.llm import LLMGrader, parse_grade
+from crag.steps.grading.verdict import decide_verdict, explain_verdict
+
+__all__ = [
+    "BatchLLMGrader",
+    "CachedGrader",
+    "CascadeGrader",
+    "LLMGrader",
+    "LexicalEvaluator",
+    "context_of",
+    "decide_verdict",
+    "explain_verdict",
+    "parse_batch_grades",
+    "parse_grade",
+    "prompt_version",
+]

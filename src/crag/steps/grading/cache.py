@@ -1,0 +1,62 @@
+"""A grader with the grades it gave kept in the grade cache and read back, not asked again."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from llama_index.core.schema import NodeWithScore
+
+from crag._offload import off_loop, warm_up
+from crag.events import Grade
+from crag.index.grade_cache import GradeCache, grade_key
+from crag.interfaces import Grader
+from crag.prompts import GRADE_PROMPT
+from crag.trace import note_cache_hits
+
+
+def prompt_version(*templates: object) -> str:
+    """A short hash of prompt templates' text: a changed prompt never reads an old grade."""
+    text = "\x00".join(getattr(t, "template", str(t)) for t in templates)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+class CachedGrader:
+    """`grader`, with the grades it gave kept in `cache` and read back instead of asked again.
+
+    Only grades the grader itself produced are kept: a fallback's grade (its `note` says why)
+    is not, so a model that failed once is asked again next time.
+    """
+
+    def __init__(self, grader: Grader, cache: GradeCache, *, model: str,
+                 version: str = prompt_version(GRADE_PROMPT)) -> None:
+        self.grader = grader
+        self.cache = cache
+        self.model = model
+        self.version = version
+        self.name = getattr(grader, "name", type(grader).__name__)
+
+    def warm_up(self) -> None:
+        warm_up(self.grader)
+
+    def _key(self, query: str, chunk: NodeWithScore) -> str:
+        return grade_key(grader=self.name, model=self.model, prompt_version=self.version,
+                         question=query, content=chunk.node.get_content())
+
+    async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
+        keys = [self._key(query, c) for c in chunks]
+        known = await off_loop(self.cache.get_many, keys)
+        missing = [c for c, k in zip(chunks, keys) if k not in known]
+        fresh = iter(await self.grader.grade(query, missing) if missing else [])
+        grades: list[Grade] = []
+        for chunk, key in zip(chunks, keys):
+            if key in known:
+                grades.append(Grade(chunk_id=chunk.node.node_id, score=known[key], grader=self.name, cached=True))
+            else:
+                grades.append(next(fresh))
+        if len(known):
+            note_cache_hits(len(known))
+        kept = {k: g.score for g, k in zip(grades, keys) if not g.cached and g.note is None}
+        if kept:
+            await off_loop(self.cache.put_many, kept)
+        return grades
