@@ -54,14 +54,16 @@ async def off_loop(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) 
 
 
 def warm_up(*components: object) -> None:
-    """Call `warm_up()` on each component that has one; lists and tuples are walked."""
+    """Call `warm_up()` on each component that has one (`crag.interfaces.WarmsUp`); lists and
+    tuples are walked."""
+    from crag.interfaces import WarmsUp  # the step protocols import llama-index: not at start-up
+
     for component in components:
         if isinstance(component, (list, tuple)):
             warm_up(*component)
             continue
-        warm = getattr(component, "warm_up", None)
-        if callable(warm):
-            warm()
+        if isinstance(component, WarmsUp):
+            component.warm_up()
 
 
 def run_sync(start: Callable[[], Awaitable[T]]) -> T:

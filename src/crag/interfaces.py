@@ -1,7 +1,10 @@
-"""One Protocol per swappable step of the corrective workflow.
+"""One Protocol per swappable step of the corrective workflow, and one per optional hook.
 
 Any object with the right async method plugs in; nothing needs to inherit from crag.
 LlamaIndex's own types (`NodeWithScore`) are used at the seams so its ecosystem fits.
+A component may also offer a hook the workflow uses when it is there: `WarmsUp` (load now,
+not in the first run), `PreparesStrips` (a refiner's speculative scoring), `MayBeUnconfigured`
+(a web search that is switched off, and says so).
 """
 
 from __future__ import annotations
@@ -76,6 +79,34 @@ class WebSearch(Protocol):
     """Searches outside the user's documents; each result's metadata carries its `url`."""
 
     async def search(self, query: str) -> list[NodeWithScore]: ...
+
+
+@runtime_checkable
+class WarmsUp(Protocol):
+    """Loads what it would otherwise load in its first step (`build_workflow` calls it)."""
+
+    def warm_up(self) -> None: ...
+
+
+@runtime_checkable
+class PreparesStrips(Protocol):
+    """A refiner that can score the retrieved chunks' strips while they are graded, so that
+    refining after the verdict only selects."""
+
+    async def prepare(self, query: str, chunks: Sequence[NodeWithScore]) -> None: ...
+
+
+@runtime_checkable
+class MayBeUnconfigured(Protocol):
+    """A web search that may be switched off (`configured` False): the run then does not search,
+    and its explanation and `degraded` list say why."""
+
+    configured: bool
+
+
+def web_configured(search: object) -> bool:
+    """False only for a web search that says it is switched off."""
+    return not isinstance(search, MayBeUnconfigured) or search.configured
 
 
 @runtime_checkable

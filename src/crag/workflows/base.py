@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from time import perf_counter
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 from workflows import Context, Workflow
@@ -37,6 +37,9 @@ from crag.events import CragResult, StepProgressEvent
 from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
 
 MAX_QUERY_CHARS = 4000
+
+
+T = TypeVar("T")
 
 
 class RecordedState(BaseModel):
@@ -197,6 +200,20 @@ def run_trace(state: RecordedState, query: str, verdict: str | None) -> RunTrace
         steps=sorted(state.records.values(), key=lambda r: r.started),
         notes=[note] if note else [],
     )
+
+
+async def or_fallback(
+    record: StepRecord, what: str, remedy: str,
+    attempt: Callable[[], Awaitable[T]], fallback: Callable[[], Awaitable[T]],
+) -> T:
+    """`attempt()`, or, when it fails in any way, `fallback()` (an offline component), with the
+    step's record saying "`what` failed (why); `remedy`". One place for the workflow's rule: a
+    component's failure costs quality, never the run."""
+    try:
+        return await attempt()
+    except Exception as exc:  # noqa: BLE001 - any failure of the component has the same remedy
+        record.degraded = f"{what} failed ({describe(exc)}); {remedy}"
+        return await fallback()
 
 
 def describe(exc: BaseException) -> str:

@@ -43,6 +43,7 @@ from crag.events import (
     RetrievedEvent,
     RewriteQueryEvent,
     RewrittenQueryEvent,
+    Source,
     Strip,
     Verdict,
     WebKnowledgeEvent,
@@ -54,11 +55,13 @@ from crag.interfaces import (
     Decomposer,
     Grader,
     Postprocessor,
+    PreparesStrips,
     QueryRewriter,
     Refiner,
     Retriever,
     Synthesizer,
     WebSearch,
+    web_configured,
 )
 from crag.steps.decomposition import RuleDecomposer, names_a_subject
 from crag.steps.grading import context_of, decide_verdict
@@ -71,6 +74,7 @@ from crag.workflows.base import (
     RecordedWorkflow,
     check_query,
     describe,
+    or_fallback,
     other_steps_finished,
     recording,
     run_sync,
@@ -206,9 +210,8 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         async with recording(ctx, "grade", ev) as record:
             # Strips are scored while the grader works, so refining after the verdict only
             # selects; wasted on Incorrect runs, as the speculative rewrite is on Correct ones.
-            prepare = getattr(self.refiner, "prepare", None) if self.speculative_refine else None
-            if prepare is not None:
-                _in_background(prepare(ev.query, ev.chunks))
+            if self.speculative_refine and isinstance(self.refiner, PreparesStrips):
+                _in_background(self.refiner.prepare(ev.query, ev.chunks))
             grades = await self.grader.grade(ev.query, ev.chunks)
             kept = [c for c, g in zip(ev.chunks, grades) if g.score >= self.lower]
             # The set judgment can only hold back a Correct: below `upper` it would decide nothing.
@@ -245,11 +248,10 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
     async def rewrite(self, ctx: Context[RunState], ev: RewriteQueryEvent) -> RewrittenQueryEvent:
         """Turn the question into a web search query."""
         async with recording(ctx, "rewrite", ev) as record:
-            try:
-                search_query = await self.rewriter.rewrite(ev.query)
-            except Exception as exc:  # noqa: BLE001 - any rewriter failure has the same remedy
-                record.degraded = f"rewriter failed ({describe(exc)}); used keywords"
-                search_query = await self.fallback_rewriter.rewrite(ev.query)
+            search_query = await or_fallback(
+                record, "rewriter", "used keywords",
+                lambda: self.rewriter.rewrite(ev.query), lambda: self.fallback_rewriter.rewrite(ev.query),
+            )
             await ctx.store.set("rewritten_query", search_query)
             return record.emit(RewrittenQueryEvent(query=ev.query, search_query=search_query))
 
@@ -262,7 +264,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         Two event parameters: the engine runs the step once, when both have arrived.
         """
         async with recording(ctx, "web_search", needed) as record:
-            if getattr(self.searcher, "configured", True) is False:  # a visible state, not a search
+            if not web_configured(self.searcher):  # a visible state, not a search
                 grades, verdict = await ctx.store.get("grades"), await ctx.store.get("verdict")
                 record.degraded = no_web_note(verdict, sum(g.score >= self.lower for g in grades))
                 return record.emit(WebResultsEvent(query=rewritten.query, results=[]))
@@ -319,11 +321,11 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         judged Correct.
         """
         assert self.decomposer is not None
-        try:
-            return await self._plan(self.decomposer, state, strips)
-        except Exception as exc:  # noqa: BLE001 - any decomposer failure has the same remedy
-            record.degraded = f"decomposer failed ({describe(exc)}); used the rules"
-            return await self._plan(self.fallback_decomposer, state, strips)
+        decomposer = self.decomposer
+        return await or_fallback(
+            record, "decomposer", "used the rules",
+            lambda: self._plan(decomposer, state, strips), lambda: self._plan(self.fallback_decomposer, state, strips),
+        )
 
     async def _plan(
         self, decomposer: Decomposer, state: RunState, strips: list[Strip]
@@ -344,7 +346,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         verdict = decide_verdict(grades, self.upper, self.lower)
         kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
         strips = await self.refiner.refine(question, kept) if verdict is not Verdict.INCORRECT else []
-        searched = verdict is not Verdict.CORRECT and getattr(self.searcher, "configured", True) is not False
+        searched = verdict is not Verdict.CORRECT and web_configured(self.searcher)
         if searched:
             record.search_calls += 1
             try:
@@ -356,6 +358,12 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             {"question": question, "verdict": verdict.value, "searched": searched, "strips": len(strips)}
         )
         return [s.model_copy(update={"hop": number}) for s in strips]
+
+    async def _synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]:
+        answer, sources = await self.synthesizer.synthesize(query, strips)
+        if not answer.strip():
+            raise ValueError("it returned an empty answer")
+        return answer, sources
 
     async def _coverage(self, query: str, chunks: Sequence[NodeWithScore]) -> float:
         """How much of `query` the chunks cover together, by the `judge`."""
@@ -369,14 +377,11 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         state = await ctx.store.get_state()
         strips = ev.strips
         async with recording(ctx, "synthesize", ev) as record:
-
-            try:
-                answer, sources = await self.synthesizer.synthesize(state.query, strips)
-                if not answer.strip():
-                    raise ValueError("it returned an empty answer")
-            except Exception as exc:  # noqa: BLE001 - any synthesizer failure has the same remedy
-                record.degraded = f"synthesizer failed ({describe(exc)}); extractive answer"
-                answer, sources = await self.fallback_synthesizer.synthesize(state.query, strips)
+            answer, sources = await or_fallback(
+                record, "synthesizer", "extractive answer",
+                lambda: self._synthesize(state.query, strips),
+                lambda: self.fallback_synthesizer.synthesize(state.query, strips),
+            )
             record.output_events.append(StopEvent.__name__)
         settled = await other_steps_finished()
         state = await ctx.store.get_state()
@@ -388,7 +393,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         trace.explanation = explain(
             verdict=state.verdict, grades=state.grades, upper=self.upper, lower=self.lower,
             coverage=state.coverage, cover=self.cover,
-            rewritten_query=rewritten, web=getattr(self.searcher, "configured", True) is not False,
+            rewritten_query=rewritten, web=web_configured(self.searcher),
             records=trace.steps, kept=strips, answer=answer, sources=sources, degraded=trace.degraded,
         )
         return StopEvent(
