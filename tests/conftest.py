@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
@@ -20,11 +22,17 @@ for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_PRO
               "TAVILY_HTTP_PROXY", "TAVILY_HTTPS_PROXY"):
     os.environ.pop(_name, None)
 
+from workflows.utils import get_steps_from_class  # noqa: E402
+
 import crag  # noqa: E402
 from crag import ChunkIndex, Settings, ingest  # noqa: E402
 
 SAMPLES = Path(crag.__file__).parent / "sample_data"
+# Every step of the corrective workflow, as the engine itself finds them on the class.
+ALL_STEPS = sorted(get_steps_from_class(crag.CorrectiveRAGWorkflow))
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+T = TypeVar("T")
 
 _real_connect = socket.socket.connect
 
@@ -34,6 +42,17 @@ def _loopback_only(self: socket.socket, address: object) -> None:
     if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
         raise OSError(f"tests may not reach the network (tried {address!r})")
     return _real_connect(self, address)
+
+
+async def finishes(awaitable: Awaitable[T], within: float = 10.0) -> T:
+    """`await awaitable`, failing the test if it has not ended after `within` seconds: a guard
+    against a hang (a timeout not honoured), never a measure of speed."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=within)
+    if not done:
+        task.cancel()
+        pytest.fail(f"still running after {within:g} s: it hangs")
+    return task.result()
 
 
 @pytest.fixture(autouse=True)

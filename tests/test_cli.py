@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, SHARED_DATA
+from conftest import ALL_STEPS, SAMPLES, SHARED_DATA
 
 from crag.app.cli import main
 from crag.trace import RunTrace
@@ -100,7 +100,7 @@ def test_draw_writes_every_step_without_network_references(
     assert main(["draw", "--out", str(out), "--format", fmt]) == 0
     text = out.read_text()
     assert marker in text and 'src="http' not in text and 'href="http' not in text
-    for step in ("retrieve", "postprocess", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "synthesize"):
+    for step in ALL_STEPS:
         assert step in text
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from llama_index.utils.workflow import draw_all_possible_flows_mermaid
 
+from conftest import ALL_STEPS
+
 from crag import CorrectiveRAGWorkflow, Settings, build_workflow
 
-STEPS = ["retrieve", "postprocess", "grade", "rewrite", "web_search", "refine_internal",
-         "refine_web", "synthesize"]
 EVENTS = ["QueryStartEvent", "CandidatesEvent", "RetrievedEvent", "WebSearchNeededEvent",
           "StopEvent"]
 
@@ -29,7 +29,7 @@ def test_draw_all_possible_flows_mermaid_draws_the_class(tmp_path: Path) -> None
     out = tmp_path / "flows.mermaid"
     text = draw_all_possible_flows_mermaid(CorrectiveRAGWorkflow, filename=str(out))
     assert text.lstrip().startswith("flowchart") and out.read_text() == text
-    for name in STEPS + EVENTS:
+    for name in ALL_STEPS + EVENTS:
         assert name in text, f"{name} missing from the Mermaid drawing"
 
 
@@ -38,7 +38,7 @@ def test_draw_all_possible_flows_mermaid_draws_a_built_workflow(
 ) -> None:
     workflow = build_workflow(sample_settings)
     text = draw_all_possible_flows_mermaid(workflow, filename=str(tmp_path / "flows.mermaid"))
-    assert all(step in text for step in STEPS)
+    assert all(step in text for step in ALL_STEPS)
 
 
 NOTEBOOK = """

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
 import pytest
+from conftest import ALL_STEPS
 from workflows import Workflow, step
 from workflows.events import Event, StartEvent, StopEvent
 from workflows.representation import get_workflow_representation
@@ -16,7 +17,7 @@ from crag.app.render import graph_html, layout, mermaid, run_path, timeline_svg,
 from crag.errors import TraceError
 from crag.trace import RunTrace, StepRecord
 
-STEPS = ["retrieve", "postprocess", "grade", "refine_internal", "rewrite", "web_search", "refine_web", "hop", "synthesize"]
+STEPS = ALL_STEPS
 EVENTS = [
     "QueryStartEvent", "CandidatesEvent", "RetrievedEvent", "RefineInternalEvent", "RewriteQueryEvent",
     "WebResultsEvent", "InternalKnowledgeEvent", "WebKnowledgeEvent", "StopEvent",
