@@ -65,6 +65,7 @@ from crag.steps.grading import context_of, decide_verdict
 from crag.steps.postprocessing import apply_postprocessors
 from crag.steps.rewriting import KeywordRewriter
 from crag.steps.synthesis import ExtractiveSynthesizer
+from crag.workflows.answering import write_answer
 from crag.workflows.base import (
     MAX_QUERY_CHARS,
     RecordedState,
@@ -368,14 +369,10 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         state = await ctx.store.get_state()
         strips = ev.strips
         async with recording(ctx, "synthesize", ev) as record:
-
-            try:
-                answer, sources = await self.synthesizer.synthesize(state.query, strips)
-                if not answer.strip():
-                    raise ValueError("it returned an empty answer")
-            except Exception as exc:  # noqa: BLE001 - any synthesizer failure has the same remedy
-                record.degraded = f"synthesizer failed ({describe(exc)}); extractive answer"
-                answer, sources = await self.fallback_synthesizer.synthesize(state.query, strips)
+            # Streamed as written (AnswerDeltaEvent); a failure falls back, and says so.
+            answer, sources = await write_answer(
+                ctx, record, self.synthesizer, state.query, strips, fallback=self.fallback_synthesizer
+            )
             record.output_events.append(StopEvent.__name__)
         state = await ctx.store.get_state()
         trace = run_trace(state, state.query, state.verdict.value)
