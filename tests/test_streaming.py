@@ -3,9 +3,16 @@ never timing."""
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
 
 from crag import CragResult, Settings, build_workflow
+from crag.app.cli import main
+from crag.app.progress import AnswerPrinter
 from crag.events import AnswerDeltaEvent, StepProgressEvent, Strip
 from crag.interfaces import StreamingSynthesizer, Synthesizer
 from crag.steps.synthesis import ExtractiveSynthesizer, LLMSynthesizer
@@ -87,3 +94,29 @@ async def test_a_synthesizer_that_cannot_stream_writes_its_answer_as_one_delta(s
     workflow.synthesizer = _Whole()
     deltas, _, result = await deltas_of(workflow)
     assert [d.delta for d in deltas] == ["All at once."] == [result.answer]
+
+
+def test_crag_ask_stream_prints_the_answer_once_then_the_rest(
+    capsys: pytest.CaptureFixture[str], sample_index_dir: Path
+) -> None:
+    argv = ["ask", QUESTION, "--index", str(sample_index_dir)]
+    assert main([*argv, "--stream"]) == 0
+    captured = capsys.readouterr()
+    assert main([*argv, "--json", "--quiet"]) == 0  # --json: one object, never streamed
+    answer = json.loads(capsys.readouterr().out)["answer"]
+    out = captured.out
+    assert out.startswith(answer + "\n") and out.count(answer) == 1
+    assert "verdict: correct" in out and "[1] internal" in out
+    # No progress line was written in the middle of the answer.
+    assert "crag: synthesize finished" in captured.err
+
+
+def test_answer_printer_says_a_restart_and_starts_a_fresh_line() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    printer = AnswerPrinter(out, err)
+    for event in (AnswerDeltaEvent(delta="Lumen"), AnswerDeltaEvent(delta=" gi"),
+                  AnswerDeltaEvent(delta="", restart=True), AnswerDeltaEvent(delta="Whole [1]")):
+        printer(event)
+    printer.end()
+    assert out.getvalue() == "Lumen gi\nWhole [1]\n"
+    assert "failed mid-answer" in err.getvalue()
