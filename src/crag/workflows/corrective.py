@@ -44,6 +44,7 @@ from crag.events import (
     RewriteQueryEvent,
     RewrittenQueryEvent,
     Strip,
+    Turn,
     Verdict,
     WebKnowledgeEvent,
     WebResultsEvent,
@@ -54,12 +55,14 @@ from crag.interfaces import (
     Decomposer,
     Grader,
     Postprocessor,
+    QueryCondenser,
     QueryRewriter,
     Refiner,
     Retriever,
     Synthesizer,
     WebSearch,
 )
+from crag.steps.condensing import RuleCondenser
 from crag.steps.decomposition import RuleDecomposer, names_a_subject
 from crag.steps.grading import context_of, decide_verdict
 from crag.steps.postprocessing import apply_postprocessors
@@ -120,6 +123,9 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         speculative_refine: let a refiner with `prepare` (the strip refiner) score the
             retrieved chunks' strips while they are graded (default), so refining after the
             verdict is a selection; wasted only on Incorrect runs.
+        condenser: makes a follow-up (a run started with `history`) standalone before
+            retrieval; default: the offline rules (`RuleCondenser`), which also stand in
+            when it fails.
         fallback_rewriter, fallback_synthesizer, fallback_decomposer: stand in when the
             rewriter, synthesizer or decomposer fails (an LLM that is down), so the run still
             answers; the result's `degraded` list says so. Default: the offline keyword
@@ -154,6 +160,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         fallback_rewriter: QueryRewriter | None = None,
         fallback_synthesizer: Synthesizer | None = None,
         fallback_decomposer: Decomposer | None = None,
+        condenser: QueryCondenser | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -176,6 +183,8 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         self.fallback_rewriter = fallback_rewriter or KeywordRewriter()
         self.fallback_synthesizer = fallback_synthesizer or ExtractiveSynthesizer()
         self.fallback_decomposer = fallback_decomposer or RuleDecomposer()
+        self.fallback_condenser = RuleCondenser()
+        self.condenser = condenser or self.fallback_condenser
 
     @step
     async def retrieve(
@@ -186,6 +195,12 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         async with ctx.store.edit_state() as state:  # the first write: nothing to copy yet
             state.query, state.started = query, perf_counter()
         async with recording(ctx, "retrieve", ev) as record:
+            if ev.history:  # a follow-up: retrieval reads only the question, so it must stand alone
+                standalone = await self._standalone(query, ev.history, record)
+                if standalone != query:
+                    await ctx.store.set("asked", query)
+                    await ctx.store.set("query", standalone)
+                    query = standalone
             if self.speculative_rewrite:
                 ctx.send_event(record.emit(RewriteQueryEvent(query=query)))
             chunks = await self.retriever.retrieve(query)
@@ -356,6 +371,14 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             {"question": question, "verdict": verdict.value, "searched": searched, "strips": len(strips)}
         )
         return [s.model_copy(update={"hop": number}) for s in strips]
+
+    async def _standalone(self, query: str, history: Sequence[Turn], record: Any) -> str:
+        """The follow-up made standalone by the condenser, or by the rules if it fails."""
+        try:
+            return check_query(await self.condenser.condense(query, history))
+        except Exception as exc:  # noqa: BLE001 - any condenser failure has the same remedy
+            record.degraded = f"condenser failed ({describe(exc)}); used the rules"
+            return check_query(await self.fallback_condenser.condense(query, history))
 
     async def _coverage(self, query: str, chunks: Sequence[NodeWithScore]) -> float:
         """How much of `query` the chunks cover together, by the `judge`."""
