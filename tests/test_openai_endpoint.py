@@ -3,6 +3,7 @@ a real uvicorn server on the sample index."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,8 @@ import httpx
 import openai
 import pytest
 from conftest import SAMPLES
+from loopback import uvicorn_serving
+from test_admission import GatedGrader, _server_with, _wait_for
 from test_serve import running
 
 from crag import Settings
@@ -149,3 +152,20 @@ def test_a_missing_or_wrong_key_is_an_openai_shaped_401(base_url: str) -> None:
             stranger.chat.completions.create(model="crag", messages=ask(QUESTION))
         assert caught.value.body["code"] == "invalid_api_key"
     assert httpx.get(f"{base_url}/v1/models").json()["error"]["type"] == "authentication_error"
+
+
+async def test_a_busy_server_is_an_openai_shaped_503_with_retry_after(sample_index_dir: Path, tmp_path: Path) -> None:
+    settings = _settings(sample_index_dir, tmp_path / "s.db", max_runs=1, max_queue=0)
+    grader = GatedGrader()
+    with uvicorn_serving(_server_with(settings, grader).app) as url:
+        door = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
+        first = asyncio.create_task(door.chat.completions.create(model="crag", messages=ask(QUESTION)))
+        await _wait_for(lambda: grader.inside == 1)  # the one slot is held by the first run
+        with pytest.raises(openai.APIStatusError) as caught:
+            await door.chat.completions.create(model="crag", messages=ask(QUESTION))
+        assert caught.value.status_code == 503 and int(caught.value.response.headers["retry-after"]) >= 1
+        assert caught.value.body["type"] == "service_unavailable" and "busy" in caught.value.body["message"]
+        grader.gate.set()
+        assert "12-year" in (await first).choices[0].message.content  # the slot is given back at the end
+        again = await door.chat.completions.create(model="crag", messages=ask(QUESTION))
+        assert again.model_extra["crag"]["verdict"] == "correct"

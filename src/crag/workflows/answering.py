@@ -30,7 +30,7 @@ async def write_answer(
         if not answer.strip():
             raise ValueError("it returned an empty answer")
         return answer, sources
-    except Exception as exc:  # noqa: BLE001 - any synthesizer failure has the same remedy
+    except Exception as exc:  # any synthesizer failure has the same remedy
         if fallback is None:
             raise
         record.degraded = f"synthesizer failed ({describe(exc)}); extractive answer"
