@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import socket
 import struct
 import threading
@@ -306,15 +307,14 @@ def openai_chat(
     `reply` returns the assistant's content, or a `Reply` to send as is (an error status)
     or a fault (`Drop`, `Truncated`, `Stall`).
     `delay(prompt)` seconds are slept before answering, to make calls overlap in time.
-    Streaming requests are refused (crag's components do not stream).
+    A streaming request (`"stream": true`, as crag's synthesizer sends) gets the content as
+    `chat.completion.chunk` server-sent events, a word a chunk (`stream_chunks`).
     """
 
     def handle(request: Request) -> Reply:
         if request.method != "POST" or request.path not in CHAT_PATHS:
             return _openai_error(404, f"no route {request.method} {request.path}")
         body = request.json or {}
-        if body.get("stream"):
-            return _openai_error(400, "the loopback server does not stream")
         prompt = message_text(request)
         if delay is not None:
             time.sleep(delay(prompt))
@@ -322,9 +322,27 @@ def openai_chat(
         if not isinstance(content, str):
             return content
         model = body.get("model", "unknown")
+        if body.get("stream"):
+            return stream_chunks(content, model=model, prompt_text=prompt)
         return Reply(200, chat_completion(content, model=model, prompt_text=prompt))
 
     return handle
+
+
+def stream_chunks(content: str, *, model: str, prompt_text: str = "") -> Reply:
+    """`content` as OpenAI streams it: a role chunk, a chunk per word (with the space before
+    it), a finish chunk and a usage chunk, then `data: [DONE]`; sent in one body."""
+    whole = chat_completion(content, model=model, prompt_text=prompt_text)
+    head = {k: whole[k] for k in ("id", "created", "model", "system_fingerprint")} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    pieces = re.findall(r"\s*\S+", content) or [content]
+    events = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": p}) for p in pieces),
+              chunk({}, "stop"), {**head, "choices": [], "usage": whole["usage"]}]
+    text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    return Reply(200, text, headers={"Content-Type": "text/event-stream"})
 
 
 # --- Tavily search -----------------------------------------------------------------------

@@ -144,7 +144,9 @@ def test_every_request_carries_the_api_key_and_configured_model(correct_run):
         assert request.headers["authorization"] == "Bearer sk-test"
         assert request.json["model"] == MODEL
         assert request.json["temperature"] == 0.0
-        assert not request.json.get("stream")
+    # Only the answer is streamed (it reaches the reader as it is written).
+    streamed = [r for r in server.requests if r.json.get("stream")]
+    assert len(streamed) == 1 and "Answer:" in streamed[0].json["messages"][-1]["content"]
 
 
 def test_grading_calls_are_in_flight_at_the_same_time(correct_run):

@@ -93,10 +93,19 @@ class CragResult(BaseModel):
         return html("run", self)
 
 
+class Turn(BaseModel):
+    """One earlier turn of a conversation: what the user asked, or what was answered."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
 class QueryStartEvent(StartEvent):
-    """Starts a run: `await workflow.run(query=...)`."""
+    """Starts a run: `await workflow.run(query=...)`; `history` (earlier turns, oldest first)
+    makes `query` a follow-up, made standalone before retrieval."""
 
     query: str
+    history: list[Turn] = Field(default_factory=list)
 
 
 class CandidatesEvent(Event):
@@ -166,3 +175,15 @@ class StepProgressEvent(Event):
     status: Literal["started", "finished"]
     seconds: float | None = None
     record: StepRecord | None = Field(default=None, description="The finished step's trace record.")
+
+
+class AnswerDeltaEvent(Event):
+    """Written to the event stream as the answer is produced: the next piece of its text.
+
+    Joined in order, a run's deltas are its answer (`CragResult.answer`), citations `[n]`
+    included. A synthesizer that fails mid-answer is followed by a delta with `restart`
+    set: what was streamed so far is void, and the fallback's answer follows whole.
+    """
+
+    delta: str
+    restart: bool = Field(default=False, description="Discard the deltas so far: a fallback answer follows.")

@@ -9,12 +9,12 @@ not in the first run), `PreparesStrips` (a refiner's speculative scoring), `MayB
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from llama_index.core.schema import NodeWithScore
 
-from crag.events import Grade, Source, Strip
+from crag.events import Grade, Source, Strip, Turn
 
 
 @runtime_checkable
@@ -114,3 +114,24 @@ class Synthesizer(Protocol):
     """Writes the answer from refined strips; returns the answer and the sources it cites."""
 
     async def synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]: ...
+
+
+@runtime_checkable
+class StreamingSynthesizer(Protocol):
+    """A `Synthesizer` that can also write its answer piece by piece (optional: the workflow
+    streams through `stream` when a synthesizer has it, and calls `synthesize` otherwise).
+
+    `stream` yields the answer's text in order; once it is exhausted, `sources_for(answer)`
+    gives the sources that answer cites, numbered as in the text.
+    """
+
+    def stream(self, query: str, strips: Sequence[Strip]) -> AsyncIterator[str]: ...
+
+    def sources_for(self, answer: str, strips: Sequence[Strip]) -> list[Source]: ...
+
+
+@runtime_checkable
+class QueryCondenser(Protocol):
+    """Makes a follow-up question standalone from the conversation's earlier turns."""
+
+    async def condense(self, query: str, history: Sequence[Turn]) -> str: ...

@@ -49,3 +49,12 @@ BATCH_GRADE_PROMPT = PromptTemplate(
     "Rate each of the {count} documents from 0 (unrelated) to 10 (it contains the answer).\n"
     "Reply with a JSON list of {count} numbers only, in the documents' order, e.g. [7, 0, 3]."
 )
+
+CONDENSE_PROMPT = PromptTemplate(
+    "Rewrite the user's last question so that it can be understood without the conversation: "
+    "replace pronouns and fill in what it leaves out from the earlier turns. Keep its meaning; "
+    "do not answer it.\n\n"
+    "Conversation:\n{conversation}\n\n"
+    "Last question: {query}\n"
+    "Reply with the standalone question only."
+)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
+    ChatResponseAsyncGen,
     CompletionResponse,
     CompletionResponseGen,
     LLMMetadata,
@@ -83,6 +85,19 @@ class FakeLLM(CustomLLM):
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         text = (await self.acomplete(_prompt(messages))).text
         return ChatResponse(message=ChatMessage(role="assistant", content=text))
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
+        """The reply a word at a time (each word with the space before it), as a model streams."""
+        text = (await self.acomplete(_prompt(messages))).text
+
+        async def words() -> ChatResponseAsyncGen:
+            so_far = ""
+            for piece in re.findall(r"\s*\S+", text):
+                so_far += piece
+                yield ChatResponse(message=ChatMessage(role="assistant", content=so_far), delta=piece)
+
+        return words()
 
 
 def _prompt(messages: Sequence[ChatMessage]) -> str:

@@ -146,6 +146,7 @@ class RunTrace(BaseModel):
     """The path one run took through the workflow, and why (`explanation`)."""
 
     query: str = ""
+    asked: str | None = Field(default=None, description="A follow-up as asked, when `query` is it made standalone.")
     verdict: str | None = None
     started_at: datetime = Field(default_factory=datetime.now)
     seconds: float = 0.0

@@ -145,6 +145,37 @@ class _CheckedReplies:
             ) from None
 
 
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
+        """The streamed reply, holding a place among the requests in flight until it ends; a
+        stream that carries no content (a JSON body, an error page) is a `ModelReplyError`."""
+        import httpx
+        import openai
+
+        limit = self._in_flight()
+        await limit.acquire()
+        try:
+            stream = await super().astream_chat(messages, **kwargs)  # type: ignore[misc]
+        except BaseException:
+            limit.release()
+            raise
+
+        async def relay() -> Any:
+            try:
+                said = False
+                async for chunk in stream:
+                    said = said or bool(chunk.delta)
+                    yield chunk
+                if not said:
+                    raise ModelReplyError("The model server's streamed reply held no content "
+                                          "(not a stream of chat.completion.chunk events).")
+            except httpx.TransportError as exc:  # cut mid-stream: what the SDK says before one
+                raise openai.APIConnectionError(request=exc.request) from exc
+            finally:
+                limit.release()
+
+        return relay()
+
+
 def reported_usage(data: dict[str, Any]) -> dict[str, int]:
     """The token counts the server reported; none when it sent no `usage` (llama-index would
     say 0, which reads as a free call rather than an uncounted one)."""

@@ -106,6 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rerank", choices=["auto", "lexical", "llm"], help="reranker for the rerank stage")
     p.add_argument("--rerank-depth", type=int, help="chunks retrieved before the rerank stage keeps --top-k")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+                   help="print the answer as it is written (default: when stdout is a terminal; never with --json)")
     p.add_argument("--trace", type=Path, metavar="FILE.json",
                    help="save the run's trace (steps, times, events, calls) for `crag draw --trace`")
     p.add_argument("-q", "--quiet", action="store_true", help="no step progress on stderr")
@@ -207,7 +209,7 @@ def _ask(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from crag.app.progress import run_with_progress, step_progress
+    from crag.app.progress import AnswerPrinter, run_with_progress, step_progress
     from crag.workflows.explain import WEB_FIX
     from crag.workflows.factory import build_workflow
 
@@ -236,20 +238,31 @@ def _ask(args: argparse.Namespace) -> int:
         raise QueryError(f"The question is not UTF-8 text (at character {exc.start + 1}); "
                          "check the terminal's encoding, or retype it.") from None
     workflow = build_workflow(settings)
-    with nullcontext(lambda event: None) if args.quiet else step_progress() as on_step:
-        result = asyncio.run(run_with_progress(workflow, args.question, on_step))
+    stream = not args.json and (sys.stdout.isatty() if args.stream is None else args.stream)
+    printer = AnswerPrinter() if stream else None
+    # Streaming, progress is plain lines: a live display would hold partial lines back.
+    progress = step_progress(rich=False if stream else None)
+    with nullcontext(lambda event: None) if args.quiet else progress as on_step:
+        on_step = printer.step(on_step) if printer else on_step
+        result = asyncio.run(run_with_progress(workflow, args.question, on_step, printer))
+    if printer:
+        printer.end()
     if args.trace:
         _write_trace(args.trace, result.trace)
     explanation = result.trace.explanation
     if explanation is not None and not explanation.web and result.verdict.value != "correct":
         # The one line naming the fix; the run's `degraded` list says what happened.
         _say(f"crag: note: verdict {result.verdict.value}, but there is no web to search: {WEB_FIX}")
-    print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) if args.json else _format(result))
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False))
+    else:  # a streamed answer is on the screen already
+        print(_format(result, answer=not stream))
     return 0
 
 
-def _format(result: CragResult) -> str:
-    lines = [result.answer, "", f"verdict: {result.verdict.value}"]
+def _format(result: CragResult, *, answer: bool = True) -> str:
+    lines = [result.answer] if answer else []
+    lines += ["", f"verdict: {result.verdict.value}"]
     if result.rewritten_query:
         lines.append(f"web query: {result.rewritten_query}")
     lines.append("grades: " + ", ".join(f"{g.score:.2f}" for g in result.grades))

@@ -3,12 +3,15 @@
 In a terminal, rich draws it; anywhere else (a pipe, a log file, CI), plain lines. It all
 goes to stderr, so stdout keeps only the answer (`crag ask --json` prints one JSON object).
 
-From Python the same progress is on the engine's event stream, as typed events:
+From Python the same progress is on the engine's event stream, as typed events, and so is
+the answer as it is written:
 
     handler = workflow.run(query="…")
     async for event in handler.stream_events():
         if isinstance(event, StepProgressEvent):   # step, status, seconds, record
             print(event.step, event.status)
+        elif isinstance(event, AnswerDeltaEvent):  # the answer's next piece
+            print(event.delta, end="", flush=True)
     result = await handler
 """
 
@@ -23,23 +26,64 @@ from typing import TYPE_CHECKING, TextIO
 from workflows import Workflow
 
 from crag.app.render.overlay import seconds
-from crag.events import CragResult, StepProgressEvent
+from crag.events import AnswerDeltaEvent, CragResult, StepProgressEvent
 from crag.trace import StepRecord
 
 if TYPE_CHECKING:
     from crag.ingestion import ProgressCallback
 
 StepCallback = Callable[[StepProgressEvent], None]
+DeltaCallback = Callable[[AnswerDeltaEvent], None]
 STAGES = {"read": "files", "chunk": "documents", "summarize": "documents", "embed": "chunks"}  # ingest's stages and what they count
 
 
-async def run_with_progress(workflow: Workflow, query: str, on_step: StepCallback) -> CragResult:
-    """Run the workflow on `query`, calling `on_step` with each step's progress event."""
+async def run_with_progress(
+    workflow: Workflow, query: str, on_step: StepCallback, on_delta: DeltaCallback | None = None
+) -> CragResult:
+    """Run the workflow on `query`, calling `on_step` with each step's progress event and
+    `on_delta` (if given) with each piece of the answer as it is written."""
     handler = workflow.run(query=query)
     async for event in handler.stream_events():
         if isinstance(event, StepProgressEvent):
             on_step(event)
+        elif on_delta is not None and isinstance(event, AnswerDeltaEvent):
+            on_delta(event)
     return await handler
+
+
+class AnswerPrinter:
+    """Prints the answer to `out` as it is written; a restart (the model failed mid-answer)
+    is said on `err` and the fallback's answer starts on a fresh line.
+
+    `step` wraps a step callback so that a progress line never lands mid-answer (a terminal
+    shows stdout and stderr on the same lines)."""
+
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self.out, self.err = out or sys.stdout, err or sys.stderr
+        self.open = False  # a line of the answer is on the screen, not yet ended
+
+    def __call__(self, ev: AnswerDeltaEvent) -> None:
+        if ev.restart:
+            self.end()
+            print("crag: the model failed mid-answer; the extractive answer follows", file=self.err, flush=True)
+        if ev.delta:
+            self.out.write(ev.delta)
+            self.out.flush()
+            self.open = True
+
+    def end(self) -> None:
+        """End the answer's line, if one is open."""
+        if self.open:
+            self.out.write("\n")
+            self.out.flush()
+            self.open = False
+
+    def step(self, on_step: StepCallback) -> StepCallback:
+        def show(ev: StepProgressEvent) -> None:
+            self.end()
+            on_step(ev)
+
+        return show
 
 
 def describe(record: StepRecord | None, took: float | None) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from llama_index.core.llms import LLM, ChatMessage
 
@@ -53,17 +53,31 @@ class ExtractiveSynthesizer:
         self.max_sentences = max_sentences
 
     async def synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]:
+        sentences = self._sentences(strips)
+        return " ".join(sentences), self.sources_for("", strips)
+
+    async def stream(self, query: str, strips: Sequence[Strip]) -> AsyncIterator[str]:
+        """The answer a sentence at a time, each with its citation (the first without a space)."""
+        for n, sentence in enumerate(self._sentences(strips)):
+            yield sentence if n == 0 else " " + sentence
+
+    def sources_for(self, answer: str, strips: Sequence[Strip]) -> list[Source]:
+        return number_sources(self._chosen(strips))[1]
+
+    def _sentences(self, strips: Sequence[Strip]) -> list[str]:
         if not strips:
-            return NO_KNOWLEDGE, []
+            return [NO_KNOWLEDGE]
+        chosen = self._chosen(strips)
+        numbers, _ = number_sources(chosen)
+        return [f"{s.text} [{numbers[s.source_id]}]" for s in chosen]
+
+    def _chosen(self, strips: Sequence[Strip]) -> list[Strip]:
         ranked = _distinct(sorted(strips, key=lambda s: -s.score))  # stable: the first source wins ties
         # A further hop's strips were scored against its own sub-question, so they do not
         # compare with the question's: the answer is the question's best sentences and, after
         # them, the best sentence of each further hop (the fact that hop was for).
         hops = list({s.hop: s for s in reversed(ranked) if s.hop}.values())
-        chosen = [s for s in ranked if not s.hop][: self.max_sentences] + sorted(hops, key=lambda s: s.hop)
-        numbers, sources = number_sources(chosen)
-        answer = " ".join(f"{s.text} [{numbers[s.source_id]}]" for s in chosen)
-        return answer, sources
+        return [s for s in ranked if not s.hop][: self.max_sentences] + sorted(hops, key=lambda s: s.hop)
 
 
 def _distinct(strips: Sequence[Strip]) -> list[Strip]:
@@ -84,10 +98,35 @@ class LLMSynthesizer:
     async def synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]:
         if not strips:
             return NO_KNOWLEDGE, []
-        numbers, sources = number_sources(strips)
-        context = "\n\n".join(f"[{s.number}] {s.title or ''}\n{s.text}".strip() for s in sources)
-        prompt = SYNTHESIZE_PROMPT.format(context=context, query=query)
-        reply = await self.llm.achat([ChatMessage(role="user", content=prompt)])
+        reply = await self.llm.achat(_prompt(query, strips))
         answer = (reply.message.content or "").strip()
+        return answer, self.sources_for(answer, strips)
+
+    async def stream(self, query: str, strips: Sequence[Strip]) -> AsyncIterator[str]:
+        """The model's answer as its tokens arrive (`astream_chat`), leading whitespace dropped
+        so that the joined pieces are the answer `synthesize` would give."""
+        if not strips:
+            yield NO_KNOWLEDGE
+            return
+        started = False
+        async for chunk in await self.llm.astream_chat(_prompt(query, strips)):
+            delta = chunk.delta or ""
+            if not started:
+                delta = delta.lstrip()
+                started = bool(delta)
+            if delta:
+                yield delta
+
+    def sources_for(self, answer: str, strips: Sequence[Strip]) -> list[Source]:
+        """The sources `answer` cites; all of them when it cites none."""
+        if not strips:
+            return []
+        sources = number_sources(strips)[1]
         cited = {int(n) for n in re.findall(r"\[(\d+)\]", answer)}
-        return answer, [s for s in sources if s.number in cited] or sources
+        return [s for s in sources if s.number in cited] or sources
+
+
+def _prompt(query: str, strips: Sequence[Strip]) -> list[ChatMessage]:
+    _, sources = number_sources(strips)
+    context = "\n\n".join(f"[{s.number}] {s.title or ''}\n{s.text}".strip() for s in sources)
+    return [ChatMessage(role="user", content=SYNTHESIZE_PROMPT.format(context=context, query=query))]

@@ -47,6 +47,7 @@ class RecordedState(BaseModel):
 
     started: float = 0.0
     records: dict[str, StepRecord] = Field(default_factory=dict)
+    asked: str | None = None  # a follow-up as asked, before it was made standalone
 
 
 class RecordedWorkflow(Workflow):
@@ -195,6 +196,7 @@ def run_trace(state: RecordedState, query: str, verdict: str | None) -> RunTrace
     note = budget.note() if budget is not None else None
     return RunTrace(
         query=query,
+        asked=state.asked,
         verdict=verdict,
         seconds=perf_counter() - state.started,
         steps=sorted(state.records.values(), key=lambda r: r.started),

@@ -43,8 +43,8 @@ from crag.events import (
     RetrievedEvent,
     RewriteQueryEvent,
     RewrittenQueryEvent,
-    Source,
     Strip,
+    Turn,
     Verdict,
     WebKnowledgeEvent,
     WebResultsEvent,
@@ -56,6 +56,7 @@ from crag.interfaces import (
     Grader,
     Postprocessor,
     PreparesStrips,
+    QueryCondenser,
     QueryRewriter,
     Refiner,
     Retriever,
@@ -63,11 +64,13 @@ from crag.interfaces import (
     WebSearch,
     web_configured,
 )
+from crag.steps.condensing import RuleCondenser
 from crag.steps.decomposition import RuleDecomposer, names_a_subject
 from crag.steps.grading import context_of, decide_verdict
 from crag.steps.postprocessing import apply_postprocessors
 from crag.steps.rewriting import KeywordRewriter
 from crag.steps.synthesis import ExtractiveSynthesizer
+from crag.workflows.answering import write_answer
 from crag.workflows.base import (
     MAX_QUERY_CHARS,
     RecordedState,
@@ -124,6 +127,9 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         speculative_refine: let a refiner with `prepare` (the strip refiner) score the
             retrieved chunks' strips while they are graded (default), so refining after the
             verdict is a selection; wasted only on Incorrect runs.
+        condenser: makes a follow-up (a run started with `history`) standalone before
+            retrieval; default: the offline rules (`RuleCondenser`), which also stand in
+            when it fails.
         fallback_rewriter, fallback_synthesizer, fallback_decomposer: stand in when the
             rewriter, synthesizer or decomposer fails (an LLM that is down), so the run still
             answers; the result's `degraded` list says so. Default: the offline keyword
@@ -158,6 +164,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         fallback_rewriter: QueryRewriter | None = None,
         fallback_synthesizer: Synthesizer | None = None,
         fallback_decomposer: Decomposer | None = None,
+        condenser: QueryCondenser | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -180,6 +187,8 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         self.fallback_rewriter = fallback_rewriter or KeywordRewriter()
         self.fallback_synthesizer = fallback_synthesizer or ExtractiveSynthesizer()
         self.fallback_decomposer = fallback_decomposer or RuleDecomposer()
+        self.fallback_condenser = RuleCondenser()
+        self.condenser = condenser or self.fallback_condenser
 
     @step
     async def retrieve(
@@ -190,6 +199,12 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         async with ctx.store.edit_state() as state:  # the first write: nothing to copy yet
             state.query, state.started = query, perf_counter()
         async with recording(ctx, "retrieve", ev) as record:
+            if ev.history:  # a follow-up: retrieval reads only the question, so it must stand alone
+                standalone = await self._standalone(query, ev.history, record)
+                if standalone != query:
+                    await ctx.store.set("asked", query)
+                    await ctx.store.set("query", standalone)
+                    query = standalone
             if self.speculative_rewrite:
                 ctx.send_event(record.emit(RewriteQueryEvent(query=query)))
             chunks = await self.retriever.retrieve(query)
@@ -359,11 +374,13 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         )
         return [s.model_copy(update={"hop": number}) for s in strips]
 
-    async def _synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]:
-        answer, sources = await self.synthesizer.synthesize(query, strips)
-        if not answer.strip():
-            raise ValueError("it returned an empty answer")
-        return answer, sources
+    async def _standalone(self, query: str, history: Sequence[Turn], record: Any) -> str:
+        """The follow-up made standalone by the condenser, or by the rules if it fails."""
+        return check_query(await or_fallback(
+            record, "condenser", "used the rules",
+            lambda: self.condenser.condense(query, history),
+            lambda: self.fallback_condenser.condense(query, history),
+        ))
 
     async def _coverage(self, query: str, chunks: Sequence[NodeWithScore]) -> float:
         """How much of `query` the chunks cover together, by the `judge`."""
@@ -377,10 +394,9 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         state = await ctx.store.get_state()
         strips = ev.strips
         async with recording(ctx, "synthesize", ev) as record:
-            answer, sources = await or_fallback(
-                record, "synthesizer", "extractive answer",
-                lambda: self._synthesize(state.query, strips),
-                lambda: self.fallback_synthesizer.synthesize(state.query, strips),
+            # Streamed as written (AnswerDeltaEvent); a failure falls back, and says so.
+            answer, sources = await write_answer(
+                ctx, record, self.synthesizer, state.query, strips, fallback=self.fallback_synthesizer
             )
             record.output_events.append(StopEvent.__name__)
         settled = await other_steps_finished()

@@ -13,6 +13,7 @@ from crag.index.grade_cache import GradeCache
 from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, WebSearch
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.prompts import BATCH_GRADE_PROMPT, GRADE_PROMPT
+from crag.steps.condensing import LLMCondenser, RuleCondenser
 from crag.steps.decomposition import LLMDecomposer, RuleDecomposer
 from crag.steps.grading import (
     BatchLLMGrader,
@@ -90,6 +91,8 @@ def build_workflow(
             evaluator, max_strips=settings.refiner.max_strips, min_score=settings.refiner.min_score
         ),
         rewriter=rewriter,
+        # A follow-up is made standalone as questions are rewritten: by the model when asked for.
+        condenser=LLMCondenser(llms.llm) if pick(settings.rewriter.kind) else RuleCondenser(),
         decomposer=decomposer,
         web_search=_web_search(settings),
         synthesizer=synthesizer,

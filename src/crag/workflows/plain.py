@@ -22,6 +22,7 @@ from crag.events import CandidatesEvent, CragResult, QueryStartEvent, RetrievedE
 from crag.interfaces import Postprocessor, Refiner, Retriever, Synthesizer
 from crag.steps.postprocessing import apply_postprocessors
 from crag.trace import Location
+from crag.workflows.answering import write_answer
 from crag.workflows.base import RecordedState, RecordedWorkflow, check_query, recording, run_trace
 
 
@@ -89,7 +90,7 @@ class PlainRAGWorkflow(RecordedWorkflow):
                 strips = await self.reader.refine(ev.query, ev.chunks)
             else:
                 strips = [_whole_chunk(c) for c in ev.chunks]
-            answer, sources = await self.synthesizer.synthesize(ev.query, strips)
+            answer, sources = await write_answer(ctx, record, self.synthesizer, ev.query, strips)
             record.output_events.append(StopEvent.__name__)
         trace = run_trace(await ctx.store.get_state(), ev.query, verdict=None)
         return StopEvent(

@@ -8,6 +8,8 @@ The server's own routes run it and keep its runs (`POST /workflows/crag/run`,
     GET /handlers/{handler_id}/trace   a finished run's path on the graph, one offline HTML page
     GET /handlers?limit=N&before=ID    the runs newest first, a page at a time (in place of the
                                        server's own, which lists every run at once)
+    POST /v1/chat/completions          the OpenAI-compatible door (openai_api.py), model "crag";
+    GET /v1/models                     its runs go through the run route above (inner.py)
 
     auth.py        the API key check (middleware)
     validation.py  an unusable question is a 400 before any run starts (middleware)
@@ -32,6 +34,7 @@ from workflows.plugins.basic import BasicRuntime
 from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
 from crag.app.server.auth import ApiKeyMiddleware
 from crag.app.server.guard import RequestGuard, check_bind
+from crag.app.server.openai_api import openai_routes
 from crag.app.server.reload import IndexReloader
 from crag.app.server.routes import WORKFLOW_NAME, crag_routes
 from crag.app.server.storegate import StoreGate
@@ -104,7 +107,10 @@ def build_server(
     server = WorkflowServer(workflow_store=store.store, middleware=middleware, runtime=BasicRuntime())
     server.add_workflow(WORKFLOW_NAME, workflow)
     # Ahead of the server's routes, so crag's /health (which says more) answers, not its own.
-    server.app.router.routes[:0] = crag_routes(workflow, index, store.store, store.kind, auth=bool(key), upkeep=upkeep)
+    server.app.router.routes[:0] = [
+        *crag_routes(workflow, index, store.store, store.kind, auth=bool(key), upkeep=upkeep),
+        *openai_routes(server.app, WORKFLOW_NAME),  # each run through the app's own run route
+    ]
     reloader = None
     if reloads:
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hmac
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from crag.app.server.openai_errors import refusal
 
 # Load balancers probe /health without a key; / is the live page, which asks for the key.
 OPEN_PATHS = frozenset({"/health", "/"})
@@ -26,9 +27,8 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self._allowed(Headers(scope=scope)):
             await self.app(scope, receive, send)
             return
-        response = JSONResponse(
-            {"detail": "Missing or wrong API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'."},
-            status_code=401,
+        response = refusal(
+            scope, 401, "Missing or wrong API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'.",
             headers={"WWW-Authenticate": "Bearer"},
         )
         await response(scope, receive, send)

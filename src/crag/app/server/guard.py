@@ -16,9 +16,9 @@ from __future__ import annotations
 import ipaddress
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crag.app.server.openai_errors import refusal as refuse
 from crag.errors import ConfigError
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
@@ -69,7 +69,7 @@ class RequestGuard:
             refusal, receive = await self._bounded(scope, receive)
         if refusal is not None:
             status, detail, headers = refusal
-            await JSONResponse({"detail": detail}, status_code=status, headers=headers)(scope, receive, send)
+            await refuse(scope, status, detail, headers)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 

@@ -1,0 +1,194 @@
+"""The OpenAI-compatible door: any OpenAI client asks crag as the model "crag".
+
+    POST /v1/chat/completions   whole, or streamed as `chat.completion.chunk` server-sent events
+    GET  /v1/models             lists the one model, "crag"
+
+    client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=CRAG_API_KEY or "none")
+    reply = client.chat.completions.create(model="crag", messages=[{"role": "user", "content": "…"}])
+
+The last user message is the question; the turns before it make a follow-up standalone
+(`QueryCondenser`, recorded in the run's trace). The content is the cited answer, `[n]`
+markers and all, followed by its sources; the `crag` field adds the verdict, the sources and
+the link to the run's trace. Each run goes through the server's own run route (inner.py), so
+the API key, admission control, the store gate and the question check apply as to any run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from crag.app.server.inner import InnerResponse, call
+from crag.app.server.openai_errors import openai_error
+from crag.app.server.openai_request import MODEL_ID, BadRequest, ChatRequest, parse
+from crag.events import AnswerDeltaEvent, CragResult
+
+RESTARTED = "\n\n(The model failed mid-answer; the extractive answer follows.)\n\n"
+
+
+def openai_routes(app: ASGIApp, workflow_name: str) -> list[Route]:
+    """`POST /v1/chat/completions` and `GET /v1/models`, running `workflow_name` through `app`'s
+    own routes (give the server's whole app: its middleware is what applies to each run)."""
+    created = int(time.time())
+
+    async def models(request: Request) -> JSONResponse:
+        model = {"id": MODEL_ID, "object": "model", "created": created, "owned_by": "crag"}
+        return JSONResponse({"object": "list", "data": [model]})
+
+    async def completions(request: Request) -> Response:
+        try:
+            chat = parse(await request.body())
+            handler_id = await _start(app, request, workflow_name, chat)
+        except BadRequest as exc:
+            return openai_error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
+        events = await call(app, request.scope, "GET", f"/events/{handler_id}",
+                            query="sse=false&after_sequence=-1")
+        reply = _Reply(handler_id, str(request.base_url).rstrip("/"))
+        if chat.stream:
+            return StreamingResponse(reply.stream(events, chat.include_usage), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        try:
+            result = await reply.result(events)
+        except BadRequest as exc:
+            return openai_error(exc.status, exc.message, code=exc.code)
+        return JSONResponse(reply.whole(result))
+
+    return [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/chat/completions", completions, methods=["POST"]),
+    ]
+
+
+async def _start(app: ASGIApp, request: Request, workflow_name: str, chat: ChatRequest) -> str:
+    """Start the run through the server's own route; its handler id, or `BadRequest` saying
+    why the route refused (a 400 question, a 503 with the seconds to wait in `code`)."""
+    start = {"query": chat.question, "history": [t.model_dump() for t in chat.history]}
+    response = await call(app, request.scope, "POST", f"/workflows/{workflow_name}/run-nowait",
+                          body={"start_event": start})
+    body = await _json(response)
+    if response.status == 200 and isinstance(body.get("handler_id"), str):
+        return body["handler_id"]
+    detail = str(body.get("detail") or f"the run could not start ({response.status})")
+    if response.status == 503:  # busy, or the store cannot record runs: come back later
+        retry = {"Retry-After": response.headers.get("retry-after", "5")}
+        raise BadRequest(detail, status=503, code="server_busy", headers=retry)
+    if 400 <= response.status < 500:
+        raise BadRequest(detail, param="messages" if response.status == 400 else None, status=response.status)
+    raise BadRequest(detail, status=502)
+
+
+async def _json(response: InnerResponse) -> dict[str, Any]:
+    try:
+        body = await response.json()
+    except Exception:  # noqa: BLE001 - an unreadable refusal still has its status
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+class _Reply:
+    """One run's events as an OpenAI reply, whole or chunk by chunk."""
+
+    def __init__(self, handler_id: str, base_url: str) -> None:
+        self.id = f"chatcmpl-{handler_id}"
+        self.handler_id = handler_id
+        self.trace_url = f"{base_url}/handlers/{handler_id}/trace"
+        self.created = int(time.time())
+
+    async def events(self, events: InnerResponse) -> AsyncIterator[AnswerDeltaEvent | CragResult]:
+        """The run's answer deltas, then its result; `BadRequest` (502) if it failed."""
+        async for line in events.lines():
+            envelope = json.loads(line)
+            kind, value = envelope.get("type"), envelope.get("value") or {}
+            if kind == AnswerDeltaEvent.__name__:
+                yield AnswerDeltaEvent.model_validate(value)
+            elif kind == "StopEvent":
+                yield CragResult.model_validate(value.get("result"))
+                return
+            elif kind in ("WorkflowFailedEvent", "WorkflowCancelledEvent", "WorkflowTimedOutEvent"):
+                reason = value.get("exception_message") or value.get("reason") or kind
+                raise BadRequest(f"The run did not finish: {reason}", status=502, code="run_failed")
+        raise BadRequest("The run's event stream ended without a result.", status=502, code="run_failed")
+
+    async def result(self, events: InnerResponse) -> CragResult:
+        items = [item async for item in self.events(events)]  # read to the end: the stream closes
+        assert isinstance(items[-1], CragResult)  # events() ends with the result, or raises
+        return items[-1]
+
+    def whole(self, result: CragResult) -> dict[str, Any]:
+        message = {"role": "assistant", "content": result.answer + sources_text(result)}
+        return {
+            **self._head("chat.completion"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
+            "usage": usage(result),
+            "crag": self.extra(result),
+        }
+
+    async def stream(self, events: InnerResponse, include_usage: bool) -> AsyncIterator[str]:
+        """`data: {chunk}` lines: the role, each delta, the sources, the end (with `crag`),
+        the usage if asked for, then `data: [DONE]`."""
+        yield self._chunk({"role": "assistant", "content": ""}, include_usage)
+        try:
+            async for item in self.events(events):
+                if isinstance(item, AnswerDeltaEvent):
+                    text = (RESTARTED if item.restart else "") + item.delta
+                    if text:
+                        yield self._chunk({"content": text}, include_usage)
+                    continue
+                yield self._chunk({"content": sources_text(item)}, include_usage)
+                yield self._chunk({}, include_usage, finish="stop", crag=self.extra(item))
+                if include_usage:
+                    yield _sse({**self._head("chat.completion.chunk"), "choices": [], "usage": usage(item)})
+        except BadRequest as exc:  # the response has begun: the error is the stream's last event
+            yield _sse({"error": {"message": exc.message, "type": "server_error", "param": None, "code": exc.code}})
+        yield "data: [DONE]\n\n"
+
+    def extra(self, result: CragResult) -> dict[str, Any]:
+        """What crag adds to OpenAI's reply: why this answer, from where, and the run's trace."""
+        return {
+            "verdict": result.verdict.value,
+            "sources": [s.model_dump(mode="json", exclude_none=True) for s in result.sources],
+            "handler_id": self.handler_id,
+            "trace_url": self.trace_url,
+            "question": result.query,
+            "asked": result.trace.asked,
+            "degraded": result.degraded,
+        }
+
+    def _head(self, kind: str) -> dict[str, Any]:
+        return {"id": self.id, "object": kind, "created": self.created, "model": MODEL_ID}
+
+    def _chunk(self, delta: dict[str, str], include_usage: bool, finish: str | None = None, **more: Any) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        chunk = {**self._head("chat.completion.chunk"), "choices": [choice], **more}
+        if include_usage:
+            chunk["usage"] = None  # as OpenAI: null on every chunk but the last
+        return _sse(chunk)
+
+
+def _sse(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def sources_text(result: CragResult) -> str:
+    """The sources as the answer's last lines: `[1] Helio H10 manual (handbook.pdf, p. 3)`."""
+    if not result.sources:
+        return ""
+    lines = []
+    for s in result.sources:
+        name = s.title or s.url or s.id
+        where = s.url if s.url and s.url != name else s.citation()
+        lines.append(f"[{s.number}] {name}" + (f" ({where})" if where else ""))
+    return "\n\nSources:\n" + "\n".join(lines)
+
+
+def usage(result: CragResult) -> dict[str, int]:
+    """The run's model tokens (0 offline: no model was asked)."""
+    tokens_in, tokens_out = result.cost.tokens_in, result.cost.tokens_out
+    return {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}

@@ -1,0 +1,106 @@
+"""Reading an OpenAI chat completion request: the question, the conversation before it, and
+whether to stream; anything unusable is a `BadRequest` naming the field, as OpenAI names it.
+
+Only what crag can honour is read. Sampling settings (`temperature`, `max_tokens`...) are
+accepted and ignored: crag's answer is written from the retrieved passages, not sampled.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from crag.events import Turn
+
+MODEL_ID = "crag"
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+class BadRequest(Exception):
+    """A request crag cannot answer: its status, message, and the field at fault."""
+
+    def __init__(
+        self, message: str, *, param: str | None = None, status: int = 400, code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message, self.param, self.status, self.code, self.headers = message, param, status, code, headers
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """The question (the last user message) and the user and assistant turns before it."""
+
+    question: str
+    history: list[Turn] = field(default_factory=list)
+    stream: bool = False
+    include_usage: bool = False
+
+
+def parse(body: bytes) -> ChatRequest:
+    """The request in `body`, or `BadRequest`."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        raise BadRequest("The request body is not valid JSON; send a JSON object.") from None
+    if not isinstance(payload, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    model = payload.get("model")
+    if not isinstance(model, str):
+        raise BadRequest("'model' is required, a string: use \"crag\".", param="model")
+    if model != MODEL_ID:
+        raise BadRequest(f"The model '{model}' does not exist; this server answers as \"{MODEL_ID}\".",
+                         param="model", status=404, code="model_not_found")
+    stream = _flag(payload, "stream")
+    options = payload.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise BadRequest("'stream_options' must be an object.", param="stream_options")
+    include_usage = _flag(options or {}, "include_usage", "stream_options.include_usage")
+    turns = _turns(payload.get("messages"))
+    asked = max((n for n, t in enumerate(turns) if t.role == "user"), default=None)
+    if asked is None:
+        raise BadRequest("'messages' holds no user message: the last one is the question.", param="messages")
+    return ChatRequest(turns[asked].content, turns[:asked], stream, include_usage)
+
+
+def _flag(payload: dict, name: str, param: str | None = None) -> bool:
+    value = payload.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequest(f"'{param or name}' must be true or false.", param=param or name)
+    return value
+
+
+def _turns(messages: object) -> list[Turn]:
+    """The user and assistant messages as turns (system, developer and tool ones are checked,
+    then left out: the answer comes from the documents, not from instructions)."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' is required: a non-empty list of {role, content} objects.", param="messages")
+    turns: list[Turn] = []
+    for n, message in enumerate(messages):
+        where = f"messages[{n}]"
+        if not isinstance(message, dict):
+            raise BadRequest(f"{where} must be an object with 'role' and 'content'.", param=where)
+        role = message.get("role")
+        if role not in ROLES:
+            raise BadRequest(f"{where}.role must be one of {sorted(ROLES)}.", param=f"{where}.role")
+        text = _text(message.get("content"), f"{where}.content", required=role == "user")
+        if role in ("user", "assistant") and text is not None:
+            turns.append(Turn(role=role, content=text))
+    return turns
+
+
+def _text(content: object, param: str, *, required: bool) -> str | None:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    if content is None and not required:
+        return None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        texts = [p.get("text") for p in content if p.get("type") == "text"]
+        if texts and all(isinstance(t, str) for t in texts) and len(texts) == len(content):
+            return "\n".join(texts)  # type: ignore[arg-type]
+        raise BadRequest(f"{param}: only text parts ({{\"type\": \"text\", \"text\": ...}}) are understood.",
+                         param=param)
+    raise BadRequest(f"{param} must be a string or a list of text parts.", param=param)

@@ -1,0 +1,171 @@
+"""The OpenAI-compatible door, driven by the official `openai` client over loopback against
+a real uvicorn server on the sample index."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from conftest import SAMPLES
+from loopback import uvicorn_serving
+from test_admission import GatedGrader, _server_with, _wait_for
+from test_serve import running
+
+from crag import Settings
+
+QUESTION = "What warranty does Lumen give on the Helio H10?"
+KEY = "sk-test-crag-door"
+
+
+def _settings(index_dir: Path, store: Path, **server: object) -> Settings:
+    return Settings.load(env={}, index={"path": index_dir}, web_search={"corpus": SAMPLES / "web.jsonl"},
+                         server={"store": str(store), **server})
+
+
+@pytest.fixture(scope="module")
+def base_url(sample_index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One server for the module: SQLite store, an API key, small bodies only."""
+    store = tmp_path_factory.mktemp("openai") / "runs.db"
+    with running(_settings(sample_index_dir, store, api_key=KEY, max_body_bytes=20_000)) as url:
+        yield url
+
+
+@pytest.fixture
+def client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+def recorded(base_url: str, handler_id: str) -> dict:
+    """The run's result as the store recorded it (its row may say `running` for a moment
+    after the stream's last event)."""
+    for _ in range(200):
+        handler = httpx.get(f"{base_url}/handlers/{handler_id}", headers={"Authorization": f"Bearer {KEY}"}).json()
+        if handler["status"] != "running":
+            return handler["result"]["value"]["result"]
+        time.sleep(0.05)
+    raise AssertionError(f"the run {handler_id} is still running")
+
+
+def ask(question: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": question}]
+
+
+def test_models_lists_crag(client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list()] == ["crag"]
+
+
+def test_a_whole_answer_is_cited_and_ends_with_its_sources(client: openai.OpenAI, base_url: str) -> None:
+    reply = client.chat.completions.create(model="crag", messages=ask(QUESTION))
+    content = reply.choices[0].message.content
+    assert reply.object == "chat.completion" and reply.model == "crag"
+    assert reply.choices[0].finish_reason == "stop"
+    answer, _, sources = content.partition("\n\nSources:\n")
+    assert "12-year warranty" in answer and "[1]" in answer and sources.startswith("[1] ")
+    crag = reply.model_extra["crag"]
+    assert crag["verdict"] == "correct" and crag["sources"][0]["number"] == 1
+    assert crag["trace_url"] == f"{base_url}/handlers/{crag['handler_id']}/trace"
+    assert recorded(base_url, crag["handler_id"])["answer"] == answer
+    page = httpx.get(crag["trace_url"], headers={"Authorization": f"Bearer {KEY}"})
+    assert page.status_code == 200 and "<svg" in page.text  # the run was recorded like any other
+
+
+def test_a_streamed_answer_arrives_in_chunks_with_usage_last(client: openai.OpenAI) -> None:
+    chunks = list(client.chat.completions.create(
+        model="crag", messages=ask(QUESTION), stream=True, stream_options={"include_usage": True}
+    ))
+    texts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    whole = client.chat.completions.create(model="crag", messages=ask(QUESTION)).choices[0].message.content
+    assert len(texts) >= 3 and "".join(texts) == whole  # at least two sentences, then the sources
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[-2].choices[0].finish_reason == "stop" and chunks[-2].model_extra["crag"]["verdict"] == "correct"
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_the_stream_ends_with_done(base_url: str) -> None:
+    body = {"model": "crag", "messages": ask(QUESTION), "stream": True}
+    with httpx.stream("POST", f"{base_url}/v1/chat/completions", json=body, timeout=60,
+                      headers={"Authorization": f"Bearer {KEY}"}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in response.iter_lines() if line]
+    assert events[-1] == "data: [DONE]" and all(e.startswith("data: ") for e in events)
+
+
+def test_a_follow_up_is_made_standalone_and_recorded(client: openai.OpenAI, base_url: str) -> None:
+    first = client.chat.completions.create(model="crag", messages=ask(QUESTION)).choices[0].message.content
+    reply = client.chat.completions.create(model="crag", messages=[
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "What battery does it use?"},
+    ])
+    crag = reply.model_extra["crag"]
+    assert crag["question"] == "What battery does the Helio H10 use?" and crag["asked"] == "What battery does it use?"
+    assert "LFP" in reply.choices[0].message.content
+    trace = recorded(base_url, crag["handler_id"])["trace"]
+    assert trace["query"] == "What battery does the Helio H10 use?" and trace["asked"] == "What battery does it use?"
+
+
+@pytest.mark.parametrize(("body", "status", "param", "code"), [
+    ({"model": "crag", "messages": []}, 400, "messages", None),
+    ({"model": "crag"}, 400, "messages", None),
+    ({"model": "crag", "messages": "hello"}, 400, "messages", None),
+    ({"model": "crag", "messages": [{"role": "user", "content": 7}]}, 400, "messages[0].content", None),
+    ({"model": "crag", "messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages[0].role", None),
+    ({"model": "crag", "messages": [{"role": "assistant", "content": "hi"}]}, 400, "messages", None),
+    ({"model": "crag", "messages": ask("   ")}, 400, "messages", None),
+    ({"model": 3, "messages": ask(QUESTION)}, 400, "model", None),
+    ({"model": "crag", "messages": ask(QUESTION), "stream": "yes"}, 400, "stream", None),
+    ({"model": "gpt-4o", "messages": ask(QUESTION)}, 404, "model", "model_not_found"),
+])
+def test_bad_requests_get_openai_shaped_4xx(
+    client: openai.OpenAI, body: dict, status: int, param: str, code: str | None
+) -> None:
+    with pytest.raises(openai.APIStatusError) as caught:  # sent as is: the client checks some itself
+        client.post("/chat/completions", body=body, cast_to=object)
+    error = caught.value
+    assert error.status_code == status
+    assert error.body["type"] in ("invalid_request_error",) and error.body["param"] == param
+    assert error.body["code"] == code and error.body["message"]
+
+
+def test_not_json_and_too_large_bodies_are_openai_shaped(base_url: str) -> None:
+    auth = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    response = httpx.post(f"{base_url}/v1/chat/completions", content=b"{not json", headers=auth)
+    assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
+    big = {"model": "crag", "messages": ask("x" * 30_000)}
+    response = httpx.post(f"{base_url}/v1/chat/completions", json=big, headers=auth)
+    assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
+
+
+def test_a_missing_or_wrong_key_is_an_openai_shaped_401(base_url: str) -> None:
+    for key in ("", "sk-wrong"):
+        stranger = openai.OpenAI(base_url=f"{base_url}/v1", api_key=key or "unset", max_retries=0)
+        if not key:
+            stranger = stranger.with_options(default_headers={"Authorization": ""})
+        with pytest.raises(openai.AuthenticationError) as caught:
+            stranger.chat.completions.create(model="crag", messages=ask(QUESTION))
+        assert caught.value.body["code"] == "invalid_api_key"
+    assert httpx.get(f"{base_url}/v1/models").json()["error"]["type"] == "authentication_error"
+
+
+async def test_a_busy_server_is_an_openai_shaped_503_with_retry_after(sample_index_dir: Path, tmp_path: Path) -> None:
+    settings = _settings(sample_index_dir, tmp_path / "s.db", max_runs=1, max_queue=0)
+    grader = GatedGrader()
+    with uvicorn_serving(_server_with(settings, grader).app) as url:
+        door = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
+        first = asyncio.create_task(door.chat.completions.create(model="crag", messages=ask(QUESTION)))
+        await _wait_for(lambda: grader.inside == 1)  # the one slot is held by the first run
+        with pytest.raises(openai.APIStatusError) as caught:
+            await door.chat.completions.create(model="crag", messages=ask(QUESTION))
+        assert caught.value.status_code == 503 and int(caught.value.response.headers["retry-after"]) >= 1
+        assert caught.value.body["type"] == "service_unavailable" and "busy" in caught.value.body["message"]
+        grader.gate.set()
+        assert "12-year" in (await first).choices[0].message.content  # the slot is given back at the end
+        again = await door.chat.completions.create(model="crag", messages=ask(QUESTION))
+        assert again.model_extra["crag"]["verdict"] == "correct"
