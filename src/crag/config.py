@@ -112,6 +112,15 @@ class PostprocessSettings(_Section):
     context_before: int = Field(1, ge=0, description="Sentences kept before each sentence the optimizer keeps.")
     context_after: int = Field(1, ge=0, description="Sentences kept after each sentence the optimizer keeps.")
 
+    @model_validator(mode="after")
+    def _keywords_mean_the_keywords_stage(self) -> PostprocessSettings:
+        """Asking for keywords means filtering by them, through every door (the CLI's --require,
+        crag.toml, CRAG_POSTPROCESS__REQUIRED_KEYWORDS for crag serve): the keywords stage goes
+        first when it is not listed, so later stages see only matching chunks."""
+        if (self.required_keywords or self.exclude_keywords) and "keywords" not in self.stages:
+            self.__dict__["stages"] = ["keywords", *self.stages]  # not assignment: no re-validation loop
+        return self
+
     @field_validator("stages", "required_keywords", "exclude_keywords", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:

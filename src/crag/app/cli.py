@@ -227,9 +227,6 @@ def _ask(args: argparse.Namespace) -> int:
             "rerank_depth": args.rerank_depth,
         },
     )
-    if (args.require or args.exclude) and "keywords" not in settings.postprocess.stages:
-        # Asking for keywords means filtering by them: first, so later stages see only matches.
-        settings.postprocess.stages = ["keywords", *settings.postprocess.stages]
     try:
         args.question.encode("utf-8")
     except UnicodeEncodeError as exc:  # bytes that are not UTF-8 reach argv as lone surrogates
