@@ -301,21 +301,24 @@ async def acalibrate_band(
     """Grade every question's retrieved chunks offline and with the configured model, and fit
     the band that agrees with the model's verdicts on `target` of them for the fewest calls."""
     from crag.evaluation.cascade import fit_band
-    from crag.models import openai_llm
-    from crag.steps.grading import LexicalEvaluator, LLMGrader
+    from crag.workflows.factory import build_workflow
 
     if not settings.llm.configured:
         raise ConfigError("The band is fitted against the model's own grades: configure a model "
                           "(OPENAI_API_KEY, or OPENAI_BASE_URL for a compatible server).")
-    llm = openai_llm(settings.llm)
+
+    def grading(kind: str) -> Settings:  # the model alone, every chunk, nothing cached
+        grader = settings.grader.model_copy(update={"kind": kind, "batch": False})
+        return settings.model_copy(update={"grader": grader, "cache": settings.cache.model_copy(update={"enabled": False})})
+
     offline: list[list[float]] = []
     model: list[list[float]] = []
     for dataset, corpus in datasets:
         index, retrievals = await retrieve_questions(
             dataset, corpus, settings, drop_fraction=drop_fraction, seed=seed
         )
-        evaluator = LexicalEvaluator(index.term_stats)
-        grader = LLMGrader(llm, fallback=evaluator, concurrency=settings.grader.concurrency)
+        evaluator = build_workflow(grading("lexical"), index=index).grader
+        grader = build_workflow(grading("llm"), index=index).grader
         for r in retrievals:
             offline.append([g.score for g in await evaluator.grade(r.question.question, r.chunks)])
             model.append([g.score for g in await grader.grade(r.question.question, r.chunks)])
