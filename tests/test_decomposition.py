@@ -145,6 +145,22 @@ async def test_a_bridge_question_takes_a_second_hop_and_the_answer_cites_both_pa
     assert "hop" in result.steps and "crag also asked “Michael Jackson" in result.trace.explanation.rule
 
 
+async def test_the_hop_shows_what_it_ran_inside_as_sub_steps_in_the_trace_and_on_the_page(corpus: Path) -> None:
+    from crag.app.render import trace_html
+
+    result = await crag.build_workflow(offline(corpus)).run(query=BRIDGE)
+    hop = next(r for r in result.trace.steps if r.name == "hop")
+    names = [s.name for s in hop.substeps]
+    assert [n for n in names if n.startswith("hop 1:")][:3] == ["hop 1: retrieve", "hop 1: grade", "hop 1: refine"]
+    assert all(hop.started <= s.started <= s.ended <= hop.ended for s in hop.substeps)
+    searched = sum(s.search_calls for s in hop.substeps if s.name.endswith("web_search"))
+    assert hop.search_calls == 0 and result.trace.search_calls >= searched, "a hop's searches are its sub-steps'"
+    restored = crag.CragResult.model_validate_json(result.model_dump_json())
+    assert [s.name for s in next(r for r in restored.trace.steps if r.name == "hop").substeps] == names
+    page = trace_html(crag.CorrectiveRAGWorkflow, result.trace)
+    assert "└ hop 1: grade" in page
+
+
 async def test_without_a_decomposer_the_same_question_misses_the_second_hop(corpus: Path) -> None:
     result = await crag.build_workflow(offline(corpus, decomposer={"kind": "none"})).run(query=BRIDGE)
     assert "hop" not in result.steps and "books about beer and whisky" not in result.answer

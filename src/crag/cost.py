@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -49,17 +50,18 @@ class CostRecord(BaseModel):
         return "; ".join([", ".join(parts), *self.notes])
 
 
-def cost_of(steps: Iterable[object], *, price_in: float | None = None, price_out: float | None = None,
+def cost_of(steps: Iterable[Any], *, price_in: float | None = None, price_out: float | None = None,
             notes: Sequence[str] = ()) -> CostRecord:
     """The cost of a run's step records (`crag.trace.StepRecord`); prices per million tokens."""
     record = CostRecord(notes=list(notes))
     for step in steps:
         share = record.per_step.setdefault(step.name, StepCost())
-        share.calls += step.llm_calls
-        share.tokens_in += step.prompt_tokens
-        share.tokens_out += step.completion_tokens
-        share.cache_hits += getattr(step, "cache_hits", 0)
-        share.estimated |= getattr(step, "estimated_tokens", False)
+        for part in step.walk():  # a hop's sub-steps count as the hop's
+            share.calls += part.llm_calls
+            share.tokens_in += part.prompt_tokens
+            share.tokens_out += part.completion_tokens
+            share.cache_hits += getattr(part, "cache_hits", 0)
+            share.estimated |= getattr(part, "estimated_tokens", False)
     record.per_step = {name: s for name, s in record.per_step.items() if s.calls or s.cache_hits}
     for share in record.per_step.values():
         record.calls += share.calls

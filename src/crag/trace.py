@@ -14,6 +14,7 @@ import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from time import perf_counter
 from typing import Any, TypeVar
 
 from llama_index.core.instrumentation import get_dispatcher
@@ -43,6 +44,11 @@ class StepRecord(BaseModel):
     cache_hits: int = 0  # grades read from the grade cache instead of asking the model
     error: str | None = None
     degraded: str | None = None
+    substeps: list[StepRecord] = Field(
+        default_factory=list,
+        description="Work done inside this step, each with its own times and calls (a hop's "
+        "retrieve, grade, refine and web search); the step's own figures do not include theirs.",
+    )
     details: dict[str, Any] = Field(
         default_factory=dict, exclude=True, repr=False,
         description="What the step decided, for the run's `Explanation`; not in the record's JSON "
@@ -52,6 +58,12 @@ class StepRecord(BaseModel):
     @property
     def seconds(self) -> float:
         return max(0.0, self.ended - self.started)
+
+    def walk(self) -> Iterator[StepRecord]:
+        """This record, then its sub-steps' (depth first): what adds up to the step's calls."""
+        yield self
+        for child in self.substeps:
+            yield from child.walk()
 
     def emit(self, event: E) -> E:
         """Note that this step emits `event`, and return it."""
@@ -154,17 +166,22 @@ class RunTrace(BaseModel):
     notes: list[str] = Field(default_factory=list, description="What the whole run was limited by (a budget).")
     explanation: Explanation | None = None
 
+    def records(self) -> Iterator[StepRecord]:
+        """Every step's record and its sub-steps'."""
+        for step in self.steps:
+            yield from step.walk()
+
     @property
     def llm_calls(self) -> int:
-        return sum(s.llm_calls for s in self.steps)
+        return sum(s.llm_calls for s in self.records())
 
     @property
     def search_calls(self) -> int:
-        return sum(s.search_calls for s in self.steps)
+        return sum(s.search_calls for s in self.records())
 
     @property
     def tokens(self) -> int:
-        return sum(s.prompt_tokens + s.completion_tokens for s in self.steps)
+        return sum(s.prompt_tokens + s.completion_tokens for s in self.records())
 
     @property
     def degraded(self) -> list[str]:
@@ -190,16 +207,35 @@ class RunTrace(BaseModel):
 _current_step: contextvars.ContextVar[StepRecord | None] = contextvars.ContextVar(
     "crag_current_step", default=None
 )
+_run_origin: contextvars.ContextVar[float] = contextvars.ContextVar("crag_run_origin", default=0.0)
 
 
 @contextmanager
-def attributing_calls_to(record: StepRecord) -> Iterator[StepRecord]:
-    """LLM calls made inside this block (and tasks it starts) are counted on `record`."""
+def attributing_calls_to(record: StepRecord, origin: float | None = None) -> Iterator[StepRecord]:
+    """LLM calls made inside this block (and tasks it starts) are counted on `record`; `origin`
+    is the run's start (`perf_counter()`), which times its sub-steps."""
     token = _current_step.set(record)
+    start = _run_origin.set(origin) if origin is not None else None
     try:
         yield record
     finally:
         _current_step.reset(token)
+        if start is not None:
+            _run_origin.reset(start)
+
+
+@contextmanager
+def substep(parent: StepRecord, name: str) -> Iterator[StepRecord]:
+    """Record the block as a sub-step of `parent` (its own times; model calls made inside it,
+    and tasks it starts, are counted on it)."""
+    origin = _run_origin.get()
+    child = StepRecord(name=name, input_event=parent.name, started=perf_counter() - origin)
+    try:
+        with attributing_calls_to(child):
+            yield child
+    finally:
+        child.ended = perf_counter() - origin
+        parent.substeps.append(child)
 
 
 def note_degraded(message: str) -> None:

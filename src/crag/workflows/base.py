@@ -142,7 +142,7 @@ async def recording(ctx: Context[Any], name: str, ev: Any) -> AsyncIterator[Step
     started = await ctx.store.get("started")
     record = StepRecord(name=name, input_event=type(ev).__name__, started=perf_counter() - started)
     try:
-        with attributing_calls_to(record):
+        with attributing_calls_to(record, origin=started):
             yield record
     except CragError as exc:
         record.error = describe(exc)

@@ -70,6 +70,7 @@ from crag.steps.grading import context_of, decide_verdict
 from crag.steps.postprocessing import apply_postprocessors
 from crag.steps.rewriting import KeywordRewriter
 from crag.steps.synthesis import ExtractiveSynthesizer
+from crag.trace import substep
 from crag.workflows.answering import write_answer
 from crag.workflows.base import (
     MAX_QUERY_CHARS,
@@ -354,21 +355,25 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         """One sub-question retrieved and graded as the question was; searched on the web
         when no chunk reaches the upper threshold. Its strips are marked with its number."""
         about = names_a_subject(question)
-        chunks = await self.retriever.retrieve(question)
-        chunks = await apply_postprocessors(self.postprocessors, question, chunks)
-        chunks = [c for c in chunks if about(context_of(c.node.metadata))]
-        grades = await self.grader.grade(question, chunks)
-        verdict = decide_verdict(grades, self.upper, self.lower)
+        with substep(record, f"hop {number}: retrieve"):
+            chunks = await self.retriever.retrieve(question)
+            chunks = await apply_postprocessors(self.postprocessors, question, chunks)
+            chunks = [c for c in chunks if about(context_of(c.node.metadata))]
+        with substep(record, f"hop {number}: grade"):
+            grades = await self.grader.grade(question, chunks)
+            verdict = decide_verdict(grades, self.upper, self.lower)
         kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
-        strips = await self.refiner.refine(question, kept) if verdict is not Verdict.INCORRECT else []
+        with substep(record, f"hop {number}: refine"):
+            strips = await self.refiner.refine(question, kept) if verdict is not Verdict.INCORRECT else []
         searched = verdict is not Verdict.CORRECT and web_configured(self.searcher)
         if searched:
-            record.search_calls += 1
-            try:
-                results = await self.searcher.search(question)
-                strips += await self.refiner.refine(question, [r for r in results if about(context_of(r.node.metadata))])
-            except Exception as exc:  # noqa: BLE001 - a search outage costs this hop only
-                record.degraded = f"web search for a hop failed ({describe(exc)})"
+            with substep(record, f"hop {number}: web_search") as search:
+                search.search_calls += 1
+                try:
+                    results = await self.searcher.search(question)
+                    strips += await self.refiner.refine(question, [r for r in results if about(context_of(r.node.metadata))])
+                except Exception as exc:  # noqa: BLE001 - a search outage costs this hop only
+                    search.degraded = record.degraded = f"web search for a hop failed ({describe(exc)})"
         record.details.setdefault("hops", []).append(
             {"question": question, "verdict": verdict.value, "searched": searched, "strips": len(strips)}
         )

@@ -52,9 +52,10 @@ def _note(records: list[StepRecord]) -> str:
     """What a step did in this run, short enough for its box: time, then calls."""
     parts = [f"{len(records)}×"] if len(records) > 1 else []
     parts.append(seconds(sum(r.seconds for r in records)))
-    llm, search = sum(r.llm_calls for r in records), sum(r.search_calls for r in records)
-    tokens = sum(r.prompt_tokens + r.completion_tokens for r in records)
-    cached = sum(r.cache_hits for r in records)
+    every = [part for r in records for part in r.walk()]  # a hop's sub-steps count as the hop's
+    llm, search = sum(r.llm_calls for r in every), sum(r.search_calls for r in every)
+    tokens = sum(r.prompt_tokens + r.completion_tokens for r in every)
+    cached = sum(r.cache_hits for r in every)
     parts += [f"{llm} LLM"] * bool(llm) + [f"{search} search"] * bool(search)
     parts += [f"{tokens} tok"] * bool(tokens) + [f"{cached} cached"] * bool(cached)
     parts += ["error"] * any(r.error for r in records)
@@ -72,6 +73,9 @@ def _tip(r: StepRecord) -> str:
         lines.append(f"error: {r.error}")
     if r.degraded:
         lines.append(f"degraded: {r.degraded}")
+    for child in r.substeps:
+        calls = f", {child.llm_calls} LLM" * bool(child.llm_calls) + f", {child.search_calls} search" * bool(child.search_calls)
+        lines.append(f"└ {child.name}: {seconds(child.seconds)}{calls}")
     return "\n".join(lines)
 
 
@@ -122,10 +126,11 @@ def timeline_svg(trace: RunTrace, width: int = 460) -> str:
     Overlapping bars are steps that ran concurrently (the speculative rewrite beside grading,
     the two branches of an Ambiguous verdict).
     """
-    recs = sorted(trace.steps, key=lambda r: (r.started, r.ended))
+    rows = _timeline_rows(trace)
+    recs = [r for r, _ in rows]
     total = max([trace.seconds, *(r.ended for r in recs)]) or 1e-6
     top, row, bar_h = 30, 24, 14
-    x0 = 14 + 7.3 * max((len(r.name) for r in recs), default=4)
+    x0 = 14 + 7.3 * max((len(indent + r.name) for r, indent in rows), default=4)
     x1 = width - 74  # the right-hand column holds each step's duration
 
     def at(t: float) -> float:
@@ -141,17 +146,30 @@ def timeline_svg(trace: RunTrace, width: int = 460) -> str:
         parts += [f'<line x1="{x:.1f}" y1="{top - 8}" x2="{x:.1f}" y2="{height - 4}" '
                   'stroke="#e2e8f0"/>',
                   text(x, top - 18, label, text_anchor="middle", font_size="11", fill="#64748b")]
-    for i, r in enumerate(recs):
+    for i, (r, indent) in enumerate(rows):
         y = top + row * i + row / 2
-        colour = MARK["error"] if r.error else MARK["degraded"] if r.degraded else BAR
+        colour = MARK["error"] if r.error else MARK["degraded"] if r.degraded else SUB_BAR if indent else BAR
         w = max(at(r.ended) - at(r.started), 2.0)
         tip = f"{escape(r.name)}: {escape(_tip(r))}"
-        parts += [text(x0 - 10, y, r.name, text_anchor="end", fill="#0f172a"),
+        parts += [text(x0 - 10, y, indent + r.name, text_anchor="end", fill="#475569" if indent else "#0f172a"),
                   f'<rect class="bar" x="{at(r.started):.1f}" y="{y - bar_h / 2:.1f}" '
                   f'width="{w:.1f}" height="{bar_h}" rx="3" fill="{colour}">'
                   f'<title>{tip}</title></rect>',
                   text(width - 6, y, seconds(r.seconds), text_anchor="end", fill="#334155")]
     return "\n".join([*parts, "</svg>"])
+
+
+SUB_BAR = "#94a3b8"  # a sub-step's bar: work done inside the step drawn above it
+
+
+def _timeline_rows(trace: RunTrace) -> list[tuple[StepRecord, str]]:
+    """The steps in start order, each followed by its sub-steps (a hop's retrieve, grade,
+    refine and search), marked for indenting."""
+    rows: list[tuple[StepRecord, str]] = []
+    for step in sorted(trace.steps, key=lambda r: (r.started, r.ended)):
+        rows.append((step, ""))
+        rows += [(child, "└ ") for child in sorted(step.substeps, key=lambda r: (r.started, r.ended))]
+    return rows
 
 
 def trace_html(
