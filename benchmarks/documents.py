@@ -51,7 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from html import escape
 from pathlib import Path
@@ -65,6 +65,7 @@ import pypdf  # noqa: E402
 import crag  # noqa: E402
 from crag.app.render.browser import print_pdf  # noqa: E402
 from crag.config import Settings  # noqa: E402
+from crag.events import Source  # noqa: E402
 from crag.ingestion.readers import read_documents  # noqa: E402
 from crag.workflows.factory import build_workflow  # noqa: E402
 
@@ -84,6 +85,14 @@ TEMPLATES = [
     ("The {n} turbine was commissioned in {y}.", "In which year was the {n} turbine commissioned?"),
     ("Engineer {n} inspects the substation every {v} days.",
      "How often does engineer {n} inspect the substation?"),
+    ("The {n} reservoir holds {v} million litres.", "How many litres does the {n} reservoir hold?"),
+    ("The {n} ferry crosses the fjord in {v} minutes.", "How long does the {n} ferry take to cross the fjord?"),
+    ("Professor {n} founded the glacier institute in {y}.", "When did professor {n} found the glacier institute?"),
+    ("The {n} bridge spans {v} metres of river.", "How long is the {n} bridge?"),
+    ("The {n} orchard yields {v} tonnes of pears.", "How many tonnes of pears does the {n} orchard yield?"),
+    ("The {n} telescope weighs {v} kilograms.", "What does the {n} telescope weigh?"),
+    ("Captain {n} sailed to Lisbon in {y}.", "In which year did captain {n} sail to Lisbon?"),
+    ("The {n} library lends {v} thousand books a year.", "How many books does the {n} library lend?"),
 ]
 
 
@@ -222,8 +231,16 @@ def fidelity(source: str, extracted: str) -> float:
     return SequenceMatcher(None, source.split(), extracted.split(), autojunk=False).ratio()
 
 
-def citations(fixtures: list[Fixture], folder: Path) -> tuple[float, int, list[str]]:
-    """The share of facts whose first source names their file and page; the misses, described."""
+@dataclass
+class Citations:
+    first_right: int = 0  # the first source names the fact's file and page
+    held: int = 0  # some source's text holds the fact sentence
+    held_right: int = 0  # ... and that source names the fact's file and page
+    misses: list[str] = field(default_factory=list)
+
+
+def citations(fixtures: list[Fixture], folder: Path) -> tuple[Citations, int]:
+    """Each fact's question asked of one index holding every fixture; returns the counts."""
     index = folder / "index"
     crag.ingest([f.path for f in fixtures], index)
     (folder / "crag.toml").write_text("")  # the defaults, whatever crag.toml the current folder has
@@ -231,15 +248,26 @@ def citations(fixtures: list[Fixture], folder: Path) -> tuple[float, int, list[s
                              index={"path": index}, web_search={"kind": "none"})
     workflow = build_workflow(settings)
     facts = [fact for f in fixtures for fact in f.facts]
-    misses = []
+    out = Citations()
     for fact in facts:
         sources = workflow.ask(fact.question).sources
-        first = sources[0] if sources else None
-        where = None if first is None else first.page or (str(first.slide) if first.slide else None)
-        if first is None or first.file != fact.file or (fact.where and where != fact.where):
-            got = "no source" if first is None else f"{first.file} {where}"
-            misses.append(f"{fact.file} {fact.where}: {fact.question} -> {got}")
-    return 1 - len(misses) / len(facts), len(facts), misses
+        if sources and _names(sources[0], fact):
+            out.first_right += 1
+        else:
+            got = f"{sources[0].file} {_where(sources[0])}" if sources else "no source"
+            out.misses.append(f"{fact.file} {fact.where}: {fact.question} -> {got}")
+        holding = [s for s in sources if fact.sentence[:-1] in s.text]
+        out.held += bool(holding)
+        out.held_right += bool(holding) and _names(holding[0], fact)
+    return out, len(facts)
+
+
+def _where(source: Source) -> str | None:
+    return source.page or (str(source.slide) if source.slide else None)
+
+
+def _names(source: Source, fact: Fact) -> bool:
+    return source.file == fact.file and (fact.where is None or _where(source) == fact.where)
 
 
 def pages_per_second(path: Path, read: object, runs: int) -> float:
@@ -295,9 +323,12 @@ def report(folder: Path, args: argparse.Namespace) -> None:
         ours, theirs = fidelity(f.source, crag_text(f.path)), fidelity(f.source, llama_text(f.path))
         print(f"| {f.path.name} | {ours:.3f} | {theirs:.3f} | {targets.get(f.path.name, '')} |")
 
-    share, count, misses = citations(fixtures, folder)
-    print(f"\ncitation accuracy (crag): {share:.3f} of {count} facts (target ≥ 0.98)")
-    for miss in misses:
+    cited, count = citations(fixtures, folder)
+    print(f"\n| citations (crag), {count} facts | share |\n|---|---|")
+    print(f"| first source names the fact's file and page (target ≥ 0.98) | {cited.first_right / count:.3f} |")
+    print(f"| a cited source holds the fact sentence | {cited.held / count:.3f} |")
+    print(f"| ... and names its file and page | {cited.held_right / max(cited.held, 1):.3f} |")
+    for miss in cited.misses:
         print(f"  miss: {miss}")
 
     long = long_pdf(folder, args.pages)
