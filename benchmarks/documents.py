@@ -32,7 +32,9 @@ Measured, for crag's readers (`crag.ingestion.readers.read_documents`) and Llama
     citations    (crag only) every fixture ingested into one index with `crag.ingest`; each
                  fact's question asked offline through `build_workflow` (no keys, no web);
                  correct when the first source names the fact's file and its page (PDF) or
-                 slide (PPTX); a DOCX has no pages, so its file. Target >= 0.98.
+                 slide (PPTX); a DOCX has no pages, so its file. Target >= 0.98. Two more
+                 rows part the reader from the retriever: how often a cited source holds the
+                 fact sentence, and how often that source names the fact's file and page.
     pages/s      reading a --pages PDF (read_documents against load_data), median of --runs
                  after one warm-up read, in this process.
     peak RSS     of `crag ingest` on a --big-pages PDF (read, chunked, embedded, written), in
