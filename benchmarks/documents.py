@@ -62,24 +62,32 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY"):
     os.environ.pop(_name, None)  # offline: the extractive answer and the lexical grader
 
-import pypdf  # noqa: E402
+import pypdf
 
-import crag  # noqa: E402
-from crag.app.render.browser import print_pdf  # noqa: E402
-from crag.config import Settings  # noqa: E402
-from crag.events import Source  # noqa: E402
-from crag.ingestion.readers import read_documents  # noqa: E402
-from crag.workflows.factory import build_workflow  # noqa: E402
+import crag
+from crag.app.render.browser import print_pdf
+from crag.config import Settings
+from crag.events import Source
+from crag.ingestion.readers import read_documents
+from crag.workflows.factory import build_workflow
 
 MB = 2**20
 HEADER, FOOTER = "Lumen Field Manual, revision 3", "Confidential: Lumen Energy internal use only"
-WORDS = ("the a of and to in is that for on with as by this from at which be are or an it "
-         "system energy panel battery grid voltage output module cable roof site sensor data "
-         "operator season morning heavy light north south quickly slowly measured recorded "
-         "stored every each within under above between after before during service report "
-         "installation maintenance weather cloud sunlight storage demand supply network "
-         "technician customer contract schedule annual monthly careful reliable stable").split()
-SYLLABLES = "var nok tel quin dra mos pel rix zan fo lu ken gar sil tup bre hom jas".split()
+WORDS = [
+    "the", "a", "of", "and", "to", "in", "is", "that", "for", "on", "with", "as", "by",
+    "this", "from", "at", "which", "be", "are", "or", "an", "it", "system", "energy", "panel",
+    "battery", "grid", "voltage", "output", "module", "cable", "roof", "site", "sensor",
+    "data", "operator", "season", "morning", "heavy", "light", "north", "south", "quickly",
+    "slowly", "measured", "recorded", "stored", "every", "each", "within", "under", "above",
+    "between", "after", "before", "during", "service", "report", "installation",
+    "maintenance", "weather", "cloud", "sunlight", "storage", "demand", "supply", "network",
+    "technician", "customer", "contract", "schedule", "annual", "monthly", "careful",
+    "reliable", "stable",
+]
+SYLLABLES = [
+    "var", "nok", "tel", "quin", "dra", "mos", "pel", "rix", "zan", "fo", "lu", "ken", "gar",
+    "sil", "tup", "bre", "hom", "jas",
+]
 # (fact, question) templates; {n} is an invented name, {v} a number, unique per fact.
 TEMPLATES = [
     ("The {n} relay trips at {v} amperes.", "At how many amperes does the {n} relay trip?"),

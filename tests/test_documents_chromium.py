@@ -21,8 +21,8 @@ pytestmark = pytest.mark.skipif(
 
 PAGES = [
     "Solar panels on the depot roof were cleaned in spring. The crew washed every row by hand.",
-    "The Ostrava substation transformer is rated at 40 megavolt-amperes. It was replaced after "
-    "the flood, and its cooling oil is tested twice a year.",
+    ("The Ostrava substation transformer is rated at 40 megavolt-amperes. It was replaced after "
+     "the flood, and its cooling oil is tested twice a year."),
     "Snow is brushed off the panels after each storm. Nothing else is done in winter.",
 ]
 DOCX_FACT = "The Brno warehouse forklift batteries are charged overnight at 48 volts."
@@ -64,8 +64,8 @@ def test_one_ingest_reads_the_pdf_and_the_docx_and_names_the_encrypted_pdf(
     assert main(["ingest", str(folder), "--index", str(index), "--quiet"]) == PARTIAL
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
-        f"crag: skipped: {folder / 'locked.pdf'} is encrypted (it needs a password); save a copy "
-        "without one (e.g. `qpdf --decrypt`) or leave it out."
+        (f"crag: skipped: {folder / 'locked.pdf'} is encrypted (it needs a password); save a copy "
+         "without one (e.g. `qpdf --decrypt`) or leave it out.")
     ]
     assert captured.out.startswith("2 file(s) read, 0 unchanged, 1 skipped, ")
 
