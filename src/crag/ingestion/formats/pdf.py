@@ -60,7 +60,7 @@ def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str]:
             if reader.is_encrypted and not _opens_without_password(reader):
                 raise IngestError(f"{path} is encrypted (it needs a password); save a copy "
                                   "without one (e.g. `qpdf --decrypt`) or leave it out.")
-            pages = [page.extract_text() or "" for page in reader.pages]
+            pages = [_page_text(page) for page in reader.pages]
             labels = _labels(reader, len(pages))
             title = _title(reader) or path.stem
     except IngestError:
@@ -77,6 +77,22 @@ def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str]:
         raise IngestError(f"{path} is not a readable PDF (damaged or truncated: {reason}); "
                           "download or export it again.") from None
     return pages, labels, title
+
+
+def _page_text(page: object) -> str:
+    """The page's text, its decoded content stream then let go: pypdf keeps every stream it
+    decoded for as long as the reader lives, and a browser's PDF draws each word on its own
+    (~100 kB a page decoded), so a 1,000-page file held ~100 MB of them."""
+    from pypdf.generic import ArrayObject
+
+    text = page.extract_text() or ""  # type: ignore[attr-defined]
+    contents = page.get("/Contents")  # type: ignore[attr-defined]
+    contents = contents.get_object() if contents is not None else None
+    for stream in contents if isinstance(contents, ArrayObject) else [contents]:
+        stream = stream.get_object() if stream is not None else None
+        if hasattr(stream, "decoded_self"):  # an EncodedStreamObject; decoded again if asked
+            stream.decoded_self = None
+    return text
 
 
 def _opens_without_password(reader: object) -> bool:
