@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from llama_index.core.schema import NodeWithScore, TextNode
 from loopback import LoopbackServer, openai_chat
-from pydantic import PrivateAttr
 
 from crag import Settings, build_workflow
 from crag.errors import ConfigError
@@ -74,25 +72,6 @@ def relevance_by_keyword(prompt: str) -> str:
         elif "battery" in doc:
             lines.append(f"Doc: {number}, Relevance: 3")
     return "\n".join(lines) or "None of these documents is relevant."
-
-
-class OverlapCountingLLM(FakeLLM):
-    """A FakeLLM that remembers the most calls it had in flight at once."""
-
-    _in_flight: int = PrivateAttr(default=0)
-    _peak: int = PrivateAttr(default=0)
-
-    @property
-    def peak(self) -> int:
-        return self._peak
-
-    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
-        self._in_flight += 1
-        self._peak = max(self._peak, self._in_flight)
-        try:
-            return await super().acomplete(prompt, formatted, **kwargs)
-        finally:
-            self._in_flight -= 1
 
 
 # --- the offline reranker ---------------------------------------------------------------------
@@ -207,12 +186,12 @@ async def test_llm_rerank_orders_by_the_model_relevance_normalised(offline: Lexi
 
 async def test_llm_rerank_batches_run_concurrently_within_the_bound(offline: LexicalReranker) -> None:
     texts = [f"Filler passage number {i} about nothing." for i in range(25)]
-    llm = OverlapCountingLLM(reply=lambda prompt: "Doc: 1, Relevance: 5", latency=0.05)
+    llm = FakeLLM(reply=lambda prompt: "Doc: 1, Relevance: 5", latency=0.05)
     await LLMReranker(llm, offline, top_n=5, batch_size=10).postprocess(QUESTION, chunks_of(texts))
-    assert len(llm.calls) == 3 and llm.peak == 3
-    bounded = OverlapCountingLLM(reply=lambda prompt: "Doc: 1, Relevance: 5", latency=0.05)
+    assert len(llm.calls) == 3 and llm.peak_in_flight == 3
+    bounded = FakeLLM(reply=lambda prompt: "Doc: 1, Relevance: 5", latency=0.05)
     await LLMReranker(bounded, offline, top_n=5, batch_size=10, concurrency=1).postprocess(QUESTION, chunks_of(texts))
-    assert len(bounded.calls) == 3 and bounded.peak == 1
+    assert len(bounded.calls) == 3 and bounded.peak_in_flight == 1
 
 
 async def test_an_unusable_batch_is_scored_offline_and_recorded(offline: LexicalReranker) -> None:

@@ -37,8 +37,8 @@ class FakeLLM(CustomLLM):
     reply: Callable[[str], str] = Field(default=lambda prompt: "OK", exclude=True)
     latency: float = 0.0
     _calls: list[str] = PrivateAttr(default_factory=list)
-    _in_flight: int = PrivateAttr(default=0)
-    _peak: int = PrivateAttr(default=0)
+    _waiting: int = PrivateAttr(default=0)
+    _most_waiting: int = PrivateAttr(default=0)
 
     @property
     def calls(self) -> list[str]:
@@ -48,7 +48,7 @@ class FakeLLM(CustomLLM):
     def peak_in_flight(self) -> int:
         """The most async calls that were waiting on the model at the same moment: what a test
         of concurrency asserts, rather than how long the calls took."""
-        return self._peak
+        return self._most_waiting
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -66,12 +66,12 @@ class FakeLLM(CustomLLM):
         yield self.complete(prompt)
 
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        self._in_flight += 1
-        self._peak = max(self._peak, self._in_flight)
+        self._waiting += 1
+        self._most_waiting = max(self._most_waiting, self._waiting)
         try:
             await asyncio.sleep(self.latency)
         finally:
-            self._in_flight -= 1
+            self._waiting -= 1
         return CompletionResponse(text=self._answer(prompt))
 
     # The callback decorator emits llama-index's instrumentation events, as real LLMs do,
