@@ -1,4 +1,4 @@
-"""The `crag` command: ingest, ask, draw, serve, cache, demo (and eval, calibrate).
+"""The `crag` command: ingest, ask, draw, serve, mcp, cache, demo (and eval, calibrate).
 
 Arguments are parsed before anything heavy is imported, so `crag --help` and a wrong flag
 answer at once; each command imports what it uses.
@@ -131,6 +131,16 @@ def _parser() -> argparse.ArgumentParser:
                    "or a postgresql:// URL shared by several servers")
     add_budget_flags(p)
     p.set_defaults(func=_serve)
+
+    p = sub.add_parser("mcp", help="serve the workflow to MCP clients (Claude Desktop, VS Code) over stdio",
+                       description="A Model Context Protocol server on stdin/stdout: tools ask and "
+                       "search, the index manifest and run traces as resources. Needs crag[mcp].")
+    p.add_argument("--index", type=Path)
+    p.add_argument("--web-corpus", type=Path, help="folder or .jsonl searched as the web (offline)")
+    p.add_argument("--allow-ingest", action="store_true",
+                   help="add the ingest tool, which writes files into the index (off: clients only read)")
+    add_budget_flags(p)
+    p.set_defaults(func=_mcp)
 
     p = sub.add_parser("cache", help="the grade cache beside the index: stats, or clear it")
     p.add_argument("action", choices=["stats", "clear"])
@@ -367,6 +377,29 @@ def _serve(args: argparse.Namespace) -> int:
         web_search={"corpus": args.web_corpus},
         server={"host": args.host, "port": args.port, "store": args.store},
     ))
+    return 0
+
+
+MCP_HINT = "crag mcp needs the MCP SDK, which is not installed: pip install 'crag[mcp]'"
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    import asyncio
+    from importlib.util import find_spec
+
+    from crag.errors import IndexNotFoundError
+
+    if find_spec("mcp") is None:
+        _say(f"crag: error: {MCP_HINT}")
+        return 2
+    settings = _settings(args, web_search={"corpus": args.web_corpus})
+    path = settings.index.path
+    if not (path / "CURRENT").is_file() and not (path / "nodes.jsonl").is_file():
+        # Checked here, as the index loads beside the handshake: a wrong path fails at once.
+        raise IndexNotFoundError(f"No crag index at {path}. Build one first: crag ingest YOUR_DOCS --index {path}")
+    from crag.app.mcp_server import serve_stdio
+
+    asyncio.run(serve_stdio(settings, allow_ingest=args.allow_ingest))
     return 0
 
 

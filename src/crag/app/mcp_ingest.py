@@ -1,0 +1,94 @@
+"""The MCP `ingest` tool: the one that writes, so it exists only with `crag mcp --allow-ingest`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from time import perf_counter
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from crag.errors import CragError, redact
+
+if TYPE_CHECKING:
+    from crag.app.mcp_server import Engine
+    from crag.config import Settings
+    from crag.ingestion.pipeline import IngestReport
+
+EVERY = 0.25  # seconds between progress notifications within a stage: embedding reports often
+
+
+class IngestOutput(BaseModel):
+    """What one ingest did."""
+
+    files_read: int
+    files_unchanged: int
+    chunks_added: int
+    chunks_total: int
+    skipped: list[str] = Field(description="Files left out, each with its reason.")
+
+
+def add_ingest_tool(server: MCPServer, engine: Engine) -> None:
+    """Register `ingest` on `server`: files into `engine`'s index, then serve the new index."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    lock = anyio.Lock()  # one ingest at a time from this server (the index's own lock spans processes)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                             idempotent_hint=True, open_world_hint=False))
+    async def ingest(paths: list[str], ctx: Context) -> IngestOutput:
+        """Add files or folders (paths on the server's machine) to the index; unchanged files
+        are skipped, changed ones replace their old chunks. Later questions see them."""
+        progress = _Progress(ctx)
+        async with lock:
+            try:
+                report, workflow, index = await anyio.to_thread.run_sync(
+                    _ingest_and_reload, engine.settings, [Path(p) for p in paths], progress)
+            except CragError as exc:
+                raise ToolError(redact(str(exc))) from None
+        engine.replace(workflow, index)
+        return IngestOutput(files_read=report.files_read, files_unchanged=report.files_unchanged,
+                            chunks_added=report.chunks_added, chunks_total=report.chunks_total,
+                            skipped=report.skipped)
+
+
+class _Progress:
+    """ingest's `progress(stage, done, total)`, called from its worker thread, as MCP progress."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx, self.sent = ctx, 0.0
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = perf_counter()
+        if done < total and now - self.sent < EVERY:
+            return
+        self.sent = now
+        anyio.from_thread.run(self.ctx.report_progress, done, total, f"{stage} {done}/{total}")
+
+
+def _ingest_and_reload(settings: Settings, paths: list[Path], progress: _Progress) -> tuple:
+    """Ingest as `crag ingest` does (keeping the index's chunker), then load what it wrote."""
+    from crag.index import ChunkIndex
+    from crag.index.store import recorded_chunker
+    from crag.ingestion import ingest
+    from crag.ingestion.chunkers import keep_recorded_chunker, node_parser_for
+    from crag.workflows.factory import build_workflow
+
+    settings = keep_recorded_chunker(settings, recorded_chunker(settings.index.path))
+    node_parser, chunker = node_parser_for(settings)
+    summarize = None
+    if settings.index.summaries:
+        from crag.ingestion.summaries import summarizer_for
+
+        summarize = summarizer_for(settings, progress)
+    report: IngestReport = ingest(paths, settings.index.path, chunk_size=settings.index.chunk_size,
+                                  chunk_overlap=settings.index.chunk_overlap, progress=progress,
+                                  node_parser=node_parser, chunker=chunker, summarize=summarize,
+                                  vector_store=settings.vector_store)
+    index = ChunkIndex.load(settings.index.path, settings.vector_store)
+    return report, build_workflow(settings, index=index), index

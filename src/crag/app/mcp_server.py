@@ -1,0 +1,259 @@
+"""`crag mcp`: the workflow as a Model Context Protocol server, on the official `mcp` SDK.
+
+Tools: `ask` (a cited answer, its verdict and sources), `search` (the graded chunks, no answer),
+and `ingest` (files into the index) only when the server is started with `allow_ingest`.
+Resources: `crag://index/manifest` (the index's files and chunk count) and
+`crag://runs/{run_id}/trace` (a run this process made). A client that sends a progress token
+gets one progress notification per step started and finished.
+
+Over stdio (`serve_stdio`, what `crag mcp` runs) the server answers `initialize` before the
+index and models are loaded: they load in a thread meanwhile, and the first tool call waits for
+them; so a client's start-up does not wait on crag's. `crag serve` mounts the same server at
+`/mcp` (crag.app.server.mcp_route).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from threading import Thread
+from typing import TYPE_CHECKING, Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from crag.errors import CragError, redact
+from crag.events import CragResult, Grade, StepProgressEvent
+from crag.trace import Location, RunTrace
+
+if TYPE_CHECKING:
+    from llama_index.core.schema import NodeWithScore
+
+    from crag.config import Settings
+    from crag.index import ChunkIndex
+    from crag.workflows import CorrectiveRAGWorkflow
+
+__all__ = ["AskOutput", "Engine", "SearchOutput", "build_mcp", "serve_stdio"]
+
+KEEP_TRACES = 100  # runs whose trace stays readable; older ones go, so memory stays bounded
+
+
+class SourceOut(BaseModel):
+    """A source the answer cites as `[number]`."""
+
+    number: int
+    kind: str = Field(description="internal (the user's documents) or web")
+    citation: str = Field(description="How to find it: file and page, else its title, URL or id.")
+    title: str | None = None
+    url: str | None = None
+    text: str = Field(description="The passages of this source that reached the answer.")
+
+
+class AskOutput(BaseModel):
+    """A cited answer: `[n]` in `answer` is `sources[n-1]`."""
+
+    answer: str
+    verdict: str = Field(description="correct, ambiguous or incorrect: how well the documents answered")
+    sources: list[SourceOut]
+    run_id: str = Field(description="Read the run's trace at crag://runs/{run_id}/trace.")
+    degraded: list[str] = Field(default_factory=list, description="What fell back, and why.")
+
+
+class Hit(BaseModel):
+    """A retrieved chunk and its grade."""
+
+    text: str
+    score: float = Field(description="Relevance in [0, 1] from the grader.")
+    source: str = Field(description="Its citation: file and page, else the document's title.")
+    doc_id: str | None = None
+    chunk_id: str
+
+
+class SearchOutput(BaseModel):
+    """The chunks retrieved for the question, graded, best first; no answer is written."""
+
+    verdict: str = Field(description="What the grades alone say: correct, ambiguous or incorrect")
+    chunks: list[Hit]
+
+
+@dataclass
+class Loaded:
+    """What the tools run on; replaced whole after an ingest."""
+
+    workflow: CorrectiveRAGWorkflow
+    index: ChunkIndex
+
+
+@dataclass
+class Engine:
+    """The settings, the workflow and index (loaded in a thread, once), and this process's traces."""
+
+    settings: Settings
+    _future: Future[Loaded] = field(default_factory=Future)
+    traces: OrderedDict[str, RunTrace] = field(default_factory=OrderedDict)
+
+    @classmethod
+    def ready(cls, settings: Settings, workflow: CorrectiveRAGWorkflow, index: ChunkIndex) -> Engine:
+        """An engine on a workflow already built (`crag serve`'s)."""
+        engine = cls(settings)
+        engine._future.set_result(Loaded(workflow, index))
+        return engine
+
+    def start_loading(self) -> None:
+        """Load the index and build the workflow in a thread; `loaded()` waits for it."""
+
+        def load() -> None:
+            try:
+                self._future.set_result(_load(self.settings))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits it
+                self._future.set_exception(exc)
+
+        Thread(target=load, name="crag-mcp-load", daemon=True).start()
+
+    async def loaded(self) -> Loaded:
+        return await asyncio.wrap_future(self._future)
+
+    def replace(self, workflow: CorrectiveRAGWorkflow, index: ChunkIndex) -> None:
+        """Serve `workflow` from the next call on (after an ingest, or `crag serve`'s reload)."""
+        fresh: Future[Loaded] = Future()
+        fresh.set_result(Loaded(workflow, index))
+        self._future = fresh
+
+    def keep(self, run_id: str, trace: RunTrace) -> None:
+        self.traces[run_id] = trace
+        while len(self.traces) > KEEP_TRACES:
+            self.traces.popitem(last=False)
+
+
+def _load(settings: Settings) -> Loaded:
+    from crag.index import ChunkIndex
+    from crag.workflows.factory import build_workflow
+
+    index = ChunkIndex.load(settings.index.path, settings.vector_store)
+    return Loaded(build_workflow(settings, index=index), index)
+
+
+def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
+    """The MCP server over `engine`: tools `ask` and `search` (and `ingest` if `allow_ingest`),
+    the manifest and trace resources."""
+    server = MCPServer(
+        "crag",
+        instructions="Answers questions from the user's indexed documents, with [n] citations; "
+        "falls back to web search when the documents do not answer.",
+        log_level="WARNING",  # stderr stays quiet: for a stdio client it is the server's log
+    )
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=True)
+
+    @server.tool(annotations=read_only)
+    async def ask(question: str, ctx: Context) -> Annotated[CallToolResult, AskOutput]:
+        """Answer a question from the indexed documents, citing them as [n]; when they do not
+        answer it, the web is searched. Returns the answer, the verdict and the sources."""
+        loaded = await engine.loaded()
+        with _tool_errors():
+            result, run_id = await _run(loaded.workflow, question, ctx)
+        engine.keep(run_id, result.trace)
+        out = _ask_output(result, run_id)
+        return CallToolResult(content=[TextContent(type="text", text=_ask_text(out))],
+                              structured_content=out.model_dump(mode="json"))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    async def search(question: str, top_k: int | None = None) -> SearchOutput:
+        """Find the chunks of the indexed documents that bear on a question, each graded for
+        relevance (0 to 1), best first; no answer is written and the web is not searched."""
+        loaded = await engine.loaded()
+        with _tool_errors():
+            return await _search(loaded.workflow, question, top_k)
+
+    @server.resource("crag://index/manifest", mime_type="application/json")
+    async def manifest() -> str:
+        """The index: its folder, chunk count, chunker, and each file with its size and hash."""
+        index = (await engine.loaded()).index
+        return json.dumps({"path": str(engine.settings.index.path), "chunks": len(index),
+                           "chunker": index.chunker, "files": index.manifest}, indent=1)
+
+    @server.resource("crag://runs/{run_id}/trace", mime_type="application/json")
+    def trace(run_id: str) -> str:
+        """A run's trace (steps, times, calls, why each turn), for a run this server made."""
+        if run_id not in engine.traces:
+            raise ToolError(f"No run {run_id} here: traces are kept for the last {KEEP_TRACES} "
+                            "runs of this server process; ask again for a new one.")
+        return engine.traces[run_id].model_dump_json(indent=1)
+
+    if allow_ingest:
+        from crag.app.mcp_ingest import add_ingest_tool
+
+        add_ingest_tool(server, engine)
+    return server
+
+
+class _tool_errors:  # noqa: N801 - a context manager, used like a function
+    """crag's own errors reach the client as a tool error with their message (they say what
+    to do); the SDK would hide any other exception's, which is right for a bug."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, CragError):
+            raise ToolError(redact(str(exc))) from None
+
+
+async def _run(workflow: CorrectiveRAGWorkflow, question: str, ctx: Context) -> tuple[CragResult, str]:
+    """Run the workflow, one progress notification per step event (a no-op without a token)."""
+    handler = workflow.run(query=question)
+    done = 0
+    async for event in handler.stream_events():
+        if isinstance(event, StepProgressEvent):
+            done += 1  # the total is unknown: how many steps run depends on the verdict
+            took = f" in {event.seconds * 1000:.0f} ms" if event.seconds is not None else ""
+            await ctx.report_progress(done, None, f"{event.step} {event.status}{took}")
+    result: CragResult = await handler
+    return result, str(handler.run_id)
+
+
+def _ask_output(result: CragResult, run_id: str) -> AskOutput:
+    sources = [SourceOut(number=s.number, kind=s.kind, citation=s.url or s.citation() or s.title or s.id,
+                         title=s.title, url=s.url, text=s.text) for s in result.sources]
+    return AskOutput(answer=result.answer, verdict=result.verdict.value, sources=sources,
+                     run_id=run_id, degraded=result.degraded)
+
+
+def _ask_text(out: AskOutput) -> str:
+    """What a client without structured output shows: the answer, then its sources."""
+    lines = [out.answer, "", f"verdict: {out.verdict}"]
+    lines += [f"[{s.number}] {s.citation}" for s in out.sources]
+    return "\n".join(lines)
+
+
+async def _search(workflow: CorrectiveRAGWorkflow, question: str, top_k: int | None) -> SearchOutput:
+    """The workflow's own retrieve, postprocess and grade components, without its run."""
+    from crag.steps.grading import decide_verdict
+    from crag.steps.postprocessing import apply_postprocessors
+    from crag.workflows.base import check_query
+
+    query = check_query(question)
+    chunks = await workflow.retriever.retrieve(query)
+    chunks = await apply_postprocessors(workflow.postprocessors, query, chunks)
+    grades = await workflow.grader.grade(query, chunks)
+    hits = sorted((_hit(c, g) for c, g in zip(chunks, grades)), key=lambda h: -h.score)
+    verdict = decide_verdict(grades, workflow.upper, workflow.lower)
+    return SearchOutput(verdict=verdict.value, chunks=hits[:top_k] if top_k else hits)
+
+
+def _hit(chunk: NodeWithScore, grade: Grade) -> Hit:
+    meta = chunk.node.metadata
+    where = Location(**Location.fields(meta)).citation() or meta.get("title") or meta.get("doc_id")
+    return Hit(text=chunk.node.get_content(), score=grade.score, source=str(where or chunk.node.node_id),
+               doc_id=meta.get("doc_id"), chunk_id=chunk.node.node_id)
+
+
+async def serve_stdio(settings: Settings, *, allow_ingest: bool = False) -> None:
+    """Serve over stdin/stdout until the client closes them; loading starts at once, beside."""
+    engine = Engine(settings)
+    engine.start_loading()
+    await build_mcp(engine, allow_ingest=allow_ingest).run_stdio_async()
