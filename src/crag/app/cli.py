@@ -397,9 +397,14 @@ def _mcp(args: argparse.Namespace) -> int:
     if not (path / "CURRENT").is_file() and not (path / "nodes.jsonl").is_file():
         # Checked here, as the index loads beside the handshake: a wrong path fails at once.
         raise IndexNotFoundError(f"No crag index at {path}. Build one first: crag ingest YOUR_DOCS --index {path}")
+    from crag.app.mcp_engine import Engine
     from crag.app.mcp_server import serve_stdio
 
-    asyncio.run(serve_stdio(settings, allow_ingest=args.allow_ingest))
+    engine = Engine(settings)
+    # The workflow loads in a thread while the handshake is answered: both are Python under one
+    # GIL, so starting it before the SDK's import would only slow that import (the handshake).
+    engine.start_loading()
+    asyncio.run(serve_stdio(engine, allow_ingest=args.allow_ingest))
     return 0
 
 

@@ -16,10 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import OrderedDict
-from concurrent.futures import Future
-from dataclasses import dataclass, field
-from threading import Thread
 from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -27,20 +23,17 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from crag.app.mcp_engine import KEEP_TRACES, Engine
 from crag.errors import CragError, redact
-from crag.events import CragResult, Grade, StepProgressEvent
-from crag.trace import Location, RunTrace
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # crag.events and crag.trace import llama-index (a second): in the loading thread
     from llama_index.core.schema import NodeWithScore
 
     from crag.config import Settings
-    from crag.index import ChunkIndex
+    from crag.events import CragResult, Grade
     from crag.workflows import CorrectiveRAGWorkflow
 
 __all__ = ["AskOutput", "Engine", "SearchOutput", "build_mcp", "serve_stdio"]
-
-KEEP_TRACES = 100  # runs whose trace stays readable; older ones go, so memory stays bounded
 
 
 class SourceOut(BaseModel):
@@ -79,63 +72,6 @@ class SearchOutput(BaseModel):
 
     verdict: str = Field(description="What the grades alone say: correct, ambiguous or incorrect")
     chunks: list[Hit]
-
-
-@dataclass
-class Loaded:
-    """What the tools run on; replaced whole after an ingest."""
-
-    workflow: CorrectiveRAGWorkflow
-    index: ChunkIndex
-
-
-@dataclass
-class Engine:
-    """The settings, the workflow and index (loaded in a thread, once), and this process's traces."""
-
-    settings: Settings
-    _future: Future[Loaded] = field(default_factory=Future)
-    traces: OrderedDict[str, RunTrace] = field(default_factory=OrderedDict)
-
-    @classmethod
-    def ready(cls, settings: Settings, workflow: CorrectiveRAGWorkflow, index: ChunkIndex) -> Engine:
-        """An engine on a workflow already built (`crag serve`'s)."""
-        engine = cls(settings)
-        engine._future.set_result(Loaded(workflow, index))
-        return engine
-
-    def start_loading(self) -> None:
-        """Load the index and build the workflow in a thread; `loaded()` waits for it."""
-
-        def load() -> None:
-            try:
-                self._future.set_result(_load(self.settings))
-            except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits it
-                self._future.set_exception(exc)
-
-        Thread(target=load, name="crag-mcp-load", daemon=True).start()
-
-    async def loaded(self) -> Loaded:
-        return await asyncio.wrap_future(self._future)
-
-    def replace(self, workflow: CorrectiveRAGWorkflow, index: ChunkIndex) -> None:
-        """Serve `workflow` from the next call on (after an ingest, or `crag serve`'s reload)."""
-        fresh: Future[Loaded] = Future()
-        fresh.set_result(Loaded(workflow, index))
-        self._future = fresh
-
-    def keep(self, run_id: str, trace: RunTrace) -> None:
-        self.traces[run_id] = trace
-        while len(self.traces) > KEEP_TRACES:
-            self.traces.popitem(last=False)
-
-
-def _load(settings: Settings) -> Loaded:
-    from crag.index import ChunkIndex
-    from crag.workflows.factory import build_workflow
-
-    index = ChunkIndex.load(settings.index.path, settings.vector_store)
-    return Loaded(build_workflow(settings, index=index), index)
 
 
 def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
@@ -205,6 +141,8 @@ class _tool_errors:  # noqa: N801 - a context manager, used like a function
 
 async def _run(workflow: CorrectiveRAGWorkflow, question: str, ctx: Context) -> tuple[CragResult, str]:
     """Run the workflow, one progress notification per step event (a no-op without a token)."""
+    from crag.events import StepProgressEvent
+
     handler = workflow.run(query=question)
     done = 0
     async for event in handler.stream_events():
@@ -246,14 +184,14 @@ async def _search(workflow: CorrectiveRAGWorkflow, question: str, top_k: int | N
 
 
 def _hit(chunk: NodeWithScore, grade: Grade) -> Hit:
+    from crag.trace import Location
+
     meta = chunk.node.metadata
     where = Location(**Location.fields(meta)).citation() or meta.get("title") or meta.get("doc_id")
     return Hit(text=chunk.node.get_content(), score=grade.score, source=str(where or chunk.node.node_id),
                doc_id=meta.get("doc_id"), chunk_id=chunk.node.node_id)
 
 
-async def serve_stdio(settings: Settings, *, allow_ingest: bool = False) -> None:
-    """Serve over stdin/stdout until the client closes them; loading starts at once, beside."""
-    engine = Engine(settings)
-    engine.start_loading()
+async def serve_stdio(engine: Engine, *, allow_ingest: bool = False) -> None:
+    """Serve over stdin/stdout until the client closes them (`engine` may be loading still)."""
     await build_mcp(engine, allow_ingest=allow_ingest).run_stdio_async()
