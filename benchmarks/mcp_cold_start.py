@@ -34,8 +34,11 @@ async def one_run(index: Path, question: str) -> tuple[float, float]:
     """Seconds from launch to the initialize answer, and to the first ask's answer."""
     import cold_start
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "crag.app.cli", "mcp", "--index", str(index)],
-                                   env=cold_start.child_env())
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "crag.app.cli", "mcp", "--index", str(index)],
+        env=cold_start.child_env(),
+    )
     start = time.perf_counter()
     async with Client(params, mode="legacy") as client:
         initialized = time.perf_counter() - start
@@ -55,7 +58,9 @@ def sample_index(folder: Path) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="sample,1000", help="'sample' and/or chunk counts, comma-separated")
+    parser.add_argument(
+        "--sizes", default="sample,1000", help="'sample' and/or chunk counts, comma-separated"
+    )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--data", type=Path, default=PROJECT.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=HERE / "out" / "cold_start")
@@ -71,8 +76,13 @@ def main() -> int:
                 index, question, chunks = sample_index(Path(tmp)), SAMPLE_QUESTION, 4
             else:
                 args.out.mkdir(parents=True, exist_ok=True)
-                folder, _, chunks = cold_start.prepare(int(size), args.out, args.data, rebuild=False)
-                index, question = folder / "index", (folder / "question.txt").read_text(encoding="utf-8")
+                folder, _, chunks = cold_start.prepare(
+                    int(size), args.out, args.data, rebuild=False
+                )
+                index, question = (
+                    folder / "index",
+                    (folder / "question.txt").read_text(encoding="utf-8"),
+                )
             runs = [asyncio.run(one_run(index, question)) for _ in range(args.runs + 1)][1:]
             init = statistics.median(r[0] for r in runs)
             ask = statistics.median(r[1] for r in runs)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from crag.config import Settings
-    from crag.index import ChunkIndex
     from crag.trace import RunTrace
     from crag.workflows import CorrectiveRAGWorkflow
 
@@ -23,46 +22,40 @@ KEEP_TRACES = 100  # runs whose trace stays readable; older ones go, so memory s
 
 
 @dataclass
-class Loaded:
-    """What the tools run on; replaced whole after an ingest."""
-
-    workflow: CorrectiveRAGWorkflow
-    index: ChunkIndex
-
-
-@dataclass
 class Engine:
-    """The settings, the workflow and index (loaded in a thread, once), and this process's traces."""
+    """The settings, the workflow (built in a thread, once), and this process's run traces."""
 
     settings: Settings
-    _future: Future[Loaded] = field(default_factory=Future)
+    _future: Future[CorrectiveRAGWorkflow] = field(default_factory=Future)
     traces: OrderedDict[str, RunTrace] = field(default_factory=OrderedDict)
 
     @classmethod
-    def ready(cls, settings: Settings, workflow: CorrectiveRAGWorkflow, index: ChunkIndex) -> Engine:
+    def ready(cls, settings: Settings, workflow: CorrectiveRAGWorkflow) -> Engine:
         """An engine on a workflow already built (`crag serve`'s)."""
         engine = cls(settings)
-        engine._future.set_result(Loaded(workflow, index))
+        engine.replace(workflow)
         return engine
 
     def start_loading(self) -> None:
-        """Load the index and build the workflow in a thread; `loaded()` waits for it."""
+        """Load the index and build the workflow in a thread; `workflow()` waits for it."""
 
         def load() -> None:
+            from crag.workflows.factory import build_workflow
+
             try:
-                self._future.set_result(_load(self.settings))
+                self._future.set_result(build_workflow(self.settings))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits it
                 self._future.set_exception(exc)
 
         Thread(target=load, name="crag-mcp-load", daemon=True).start()
 
-    async def loaded(self) -> Loaded:
+    async def workflow(self) -> CorrectiveRAGWorkflow:
         return await asyncio.wrap_future(self._future)
 
-    def replace(self, workflow: CorrectiveRAGWorkflow, index: ChunkIndex) -> None:
+    def replace(self, workflow: CorrectiveRAGWorkflow) -> None:
         """Serve `workflow` from the next call on (after an ingest, or `crag serve`'s reload)."""
-        fresh: Future[Loaded] = Future()
-        fresh.set_result(Loaded(workflow, index))
+        fresh: Future[CorrectiveRAGWorkflow] = Future()
+        fresh.set_result(workflow)
         self._future = fresh
 
     def keep(self, run_id: str, trace: RunTrace) -> None:
@@ -71,10 +64,19 @@ class Engine:
             self.traces.popitem(last=False)
 
 
-def _load(settings: Settings) -> Loaded:
-    from crag.index import ChunkIndex
-    from crag.workflows.factory import build_workflow
+def manifest(settings: Settings) -> dict:
+    """The live index's manifest as on disk (what a reload or an ingest serves next); blocking."""
+    from crag.errors import IndexNotFoundError
+    from crag.index.layout import live_version, read_manifest
 
-    index = ChunkIndex.load(settings.index.path, settings.vector_store)
-    return Loaded(build_workflow(settings, index=index), index)
-
+    path = settings.index.path
+    try:
+        found = read_manifest(live_version(path) / "manifest.json")
+    except ValueError as exc:
+        raise IndexNotFoundError.damaged(path, f"is damaged ({exc})") from None
+    return {
+        "path": str(path),
+        "chunks": found.get("chunks"),
+        "chunker": found.get("chunker"),
+        "files": found["files"],
+    }

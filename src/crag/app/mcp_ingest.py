@@ -37,24 +37,37 @@ def add_ingest_tool(server: MCPServer, engine: Engine) -> None:
     """Register `ingest` on `server`: files into `engine`'s index, then serve the new index."""
     from mcp.server.mcpserver.exceptions import ToolError
 
-    lock = anyio.Lock()  # one ingest at a time from this server (the index's own lock spans processes)
+    lock = (
+        anyio.Lock()
+    )  # one ingest at a time from this server (the index's own lock spans processes)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                             idempotent_hint=True, open_world_hint=False))
+    @server.tool(
+        annotations=ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=True,
+            open_world_hint=False,
+        )
+    )
     async def ingest(paths: list[str], ctx: Context) -> IngestOutput:
         """Add files or folders (paths on the server's machine) to the index; unchanged files
         are skipped, changed ones replace their old chunks. Later questions see them."""
         progress = _Progress(ctx)
         async with lock:
             try:
-                report, workflow, index = await anyio.to_thread.run_sync(
-                    _ingest_and_reload, engine.settings, [Path(p) for p in paths], progress)
+                report, workflow = await anyio.to_thread.run_sync(
+                    _ingest_and_reload, engine.settings, [Path(p) for p in paths], progress
+                )
             except CragError as exc:
                 raise ToolError(redact(str(exc))) from None
-        engine.replace(workflow, index)
-        return IngestOutput(files_read=report.files_read, files_unchanged=report.files_unchanged,
-                            chunks_added=report.chunks_added, chunks_total=report.chunks_total,
-                            skipped=report.skipped)
+        engine.replace(workflow)
+        return IngestOutput(
+            files_read=report.files_read,
+            files_unchanged=report.files_unchanged,
+            chunks_added=report.chunks_added,
+            chunks_total=report.chunks_total,
+            skipped=report.skipped,
+        )
 
 
 class _Progress:
@@ -73,7 +86,6 @@ class _Progress:
 
 def _ingest_and_reload(settings: Settings, paths: list[Path], progress: _Progress) -> tuple:
     """Ingest as `crag ingest` does (keeping the index's chunker), then load what it wrote."""
-    from crag.index import ChunkIndex
     from crag.index.store import recorded_chunker
     from crag.ingestion import ingest
     from crag.ingestion.chunkers import keep_recorded_chunker, node_parser_for
@@ -86,9 +98,15 @@ def _ingest_and_reload(settings: Settings, paths: list[Path], progress: _Progres
         from crag.ingestion.summaries import summarizer_for
 
         summarize = summarizer_for(settings, progress)
-    report: IngestReport = ingest(paths, settings.index.path, chunk_size=settings.index.chunk_size,
-                                  chunk_overlap=settings.index.chunk_overlap, progress=progress,
-                                  node_parser=node_parser, chunker=chunker, summarize=summarize,
-                                  vector_store=settings.vector_store)
-    index = ChunkIndex.load(settings.index.path, settings.vector_store)
-    return report, build_workflow(settings, index=index), index
+    report: IngestReport = ingest(
+        paths,
+        settings.index.path,
+        chunk_size=settings.index.chunk_size,
+        chunk_overlap=settings.index.chunk_overlap,
+        progress=progress,
+        node_parser=node_parser,
+        chunker=chunker,
+        summarize=summarize,
+        vector_store=settings.vector_store,
+    )
+    return report, build_workflow(settings)

@@ -14,22 +14,23 @@ them; so a client's start-up does not wait on crag's. `crag serve` mounts the sa
 
 from __future__ import annotations
 
-import asyncio
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
 
+import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from crag.app.mcp_engine import KEEP_TRACES, Engine
+from crag.app.mcp_engine import KEEP_TRACES, Engine, manifest
 from crag.errors import CragError, redact
 
 if TYPE_CHECKING:  # crag.events and crag.trace import llama-index (a second): in the loading thread
     from llama_index.core.schema import NodeWithScore
 
-    from crag.config import Settings
     from crag.events import CragResult, Grade
     from crag.workflows import CorrectiveRAGWorkflow
 
@@ -51,7 +52,9 @@ class AskOutput(BaseModel):
     """A cited answer: `[n]` in `answer` is `sources[n-1]`."""
 
     answer: str
-    verdict: str = Field(description="correct, ambiguous or incorrect: how well the documents answered")
+    verdict: str = Field(
+        description="correct, ambiguous or incorrect: how well the documents answered"
+    )
     sources: list[SourceOut]
     run_id: str = Field(description="Read the run's trace at crag://runs/{run_id}/trace.")
     degraded: list[str] = Field(default_factory=list, description="What fell back, and why.")
@@ -89,35 +92,38 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
     async def ask(question: str, ctx: Context) -> Annotated[CallToolResult, AskOutput]:
         """Answer a question from the indexed documents, citing them as [n]; when they do not
         answer it, the web is searched. Returns the answer, the verdict and the sources."""
-        loaded = await engine.loaded()
+        workflow = await engine.workflow()
         with _tool_errors():
-            result, run_id = await _run(loaded.workflow, question, ctx)
+            result, run_id = await _run(workflow, question, ctx)
         engine.keep(run_id, result.trace)
         out = _ask_output(result, run_id)
-        return CallToolResult(content=[TextContent(type="text", text=_ask_text(out))],
-                              structured_content=out.model_dump(mode="json"))
+        return CallToolResult(
+            content=[TextContent(type="text", text=_ask_text(out))],
+            structured_content=out.model_dump(mode="json"),
+        )
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
     async def search(question: str, top_k: int | None = None) -> SearchOutput:
         """Find the chunks of the indexed documents that bear on a question, each graded for
         relevance (0 to 1), best first; no answer is written and the web is not searched."""
-        loaded = await engine.loaded()
+        workflow = await engine.workflow()
         with _tool_errors():
-            return await _search(loaded.workflow, question, top_k)
+            return await _search(workflow, question, top_k)
 
     @server.resource("crag://index/manifest", mime_type="application/json")
-    async def manifest() -> str:
+    async def index_manifest() -> str:
         """The index: its folder, chunk count, chunker, and each file with its size and hash."""
-        index = (await engine.loaded()).index
-        return json.dumps({"path": str(engine.settings.index.path), "chunks": len(index),
-                           "chunker": index.chunker, "files": index.manifest}, indent=1)
+        with _tool_errors():
+            return json.dumps(await anyio.to_thread.run_sync(manifest, engine.settings), indent=1)
 
     @server.resource("crag://runs/{run_id}/trace", mime_type="application/json")
     def trace(run_id: str) -> str:
         """A run's trace (steps, times, calls, why each turn), for a run this server made."""
         if run_id not in engine.traces:
-            raise ToolError(f"No run {run_id} here: traces are kept for the last {KEEP_TRACES} "
-                            "runs of this server process; ask again for a new one.")
+            raise ToolError(
+                f"No run {run_id} here: traces are kept for the last {KEEP_TRACES} "
+                "runs of this server process; ask again for a new one."
+            )
         return engine.traces[run_id].model_dump_json(indent=1)
 
     if allow_ingest:
@@ -127,19 +133,19 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
     return server
 
 
-class _tool_errors:  # noqa: N801 - a context manager, used like a function
+@contextmanager
+def _tool_errors() -> Iterator[None]:
     """crag's own errors reach the client as a tool error with their message (they say what
-    to do); the SDK would hide any other exception's, which is right for a bug."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        if isinstance(exc, CragError):
-            raise ToolError(redact(str(exc))) from None
+    to do); the SDK hides any other exception's, which is right for a bug."""
+    try:
+        yield
+    except CragError as exc:
+        raise ToolError(redact(str(exc))) from None
 
 
-async def _run(workflow: CorrectiveRAGWorkflow, question: str, ctx: Context) -> tuple[CragResult, str]:
+async def _run(
+    workflow: CorrectiveRAGWorkflow, question: str, ctx: Context
+) -> tuple[CragResult, str]:
     """Run the workflow, one progress notification per step event (a no-op without a token)."""
     from crag.events import StepProgressEvent
 
@@ -155,10 +161,24 @@ async def _run(workflow: CorrectiveRAGWorkflow, question: str, ctx: Context) -> 
 
 
 def _ask_output(result: CragResult, run_id: str) -> AskOutput:
-    sources = [SourceOut(number=s.number, kind=s.kind, citation=s.url or s.citation() or s.title or s.id,
-                         title=s.title, url=s.url, text=s.text) for s in result.sources]
-    return AskOutput(answer=result.answer, verdict=result.verdict.value, sources=sources,
-                     run_id=run_id, degraded=result.degraded)
+    sources = [
+        SourceOut(
+            number=s.number,
+            kind=s.kind,
+            citation=s.url or s.citation() or s.title or s.id,
+            title=s.title,
+            url=s.url,
+            text=s.text,
+        )
+        for s in result.sources
+    ]
+    return AskOutput(
+        answer=result.answer,
+        verdict=result.verdict.value,
+        sources=sources,
+        run_id=run_id,
+        degraded=result.degraded,
+    )
 
 
 def _ask_text(out: AskOutput) -> str:
@@ -168,7 +188,9 @@ def _ask_text(out: AskOutput) -> str:
     return "\n".join(lines)
 
 
-async def _search(workflow: CorrectiveRAGWorkflow, question: str, top_k: int | None) -> SearchOutput:
+async def _search(
+    workflow: CorrectiveRAGWorkflow, question: str, top_k: int | None
+) -> SearchOutput:
     """The workflow's own retrieve, postprocess and grade components, without its run."""
     from crag.steps.grading import decide_verdict
     from crag.steps.postprocessing import apply_postprocessors
@@ -188,8 +210,13 @@ def _hit(chunk: NodeWithScore, grade: Grade) -> Hit:
 
     meta = chunk.node.metadata
     where = Location(**Location.fields(meta)).citation() or meta.get("title") or meta.get("doc_id")
-    return Hit(text=chunk.node.get_content(), score=grade.score, source=str(where or chunk.node.node_id),
-               doc_id=meta.get("doc_id"), chunk_id=chunk.node.node_id)
+    return Hit(
+        text=chunk.node.get_content(),
+        score=grade.score,
+        source=str(where or chunk.node.node_id),
+        doc_id=meta.get("doc_id"),
+        chunk_id=chunk.node.node_id,
+    )
 
 
 async def serve_stdio(engine: Engine, *, allow_ingest: bool = False) -> None:
