@@ -10,6 +10,7 @@ The server's own routes run it and keep its runs (`POST /workflows/crag/run`,
                                        server's own, which lists every run at once)
     POST /v1/chat/completions          the OpenAI-compatible door (openai_api.py), model "crag";
     GET /v1/models                     its runs go through the run route above (inner.py)
+    /mcp                               the MCP door (mcp_route.py), streamable HTTP, with crag[mcp]
 
     auth.py        the API key check (middleware)
     validation.py  an unusable question is a 400 before any run starts (middleware)
@@ -31,9 +32,11 @@ from llama_agents.server import WorkflowServer
 from starlette.middleware import Middleware
 from workflows.plugins.basic import BasicRuntime
 
+from crag.app.mcp_engine import Engine
 from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
 from crag.app.server.auth import ApiKeyMiddleware
 from crag.app.server.guard import RequestGuard, check_bind
+from crag.app.server.mcp_route import mcp_available, mcp_routes
 from crag.app.server.openai_api import openai_routes
 from crag.app.server.reload import IndexReloader
 from crag.app.server.routes import WORKFLOW_NAME, crag_routes
@@ -106,10 +109,12 @@ def build_server(
     # does (upkeep.py).
     server = WorkflowServer(workflow_store=store.store, middleware=middleware, runtime=BasicRuntime())
     server.add_workflow(WORKFLOW_NAME, workflow)
+    engine = Engine.ready(settings, workflow)  # the MCP door's: it follows reloads too
     # Ahead of the server's routes, so crag's /health (which says more) answers, not its own.
     server.app.router.routes[:0] = [
         *crag_routes(workflow, index, store.store, store.kind, auth=bool(key), upkeep=upkeep),
         *openai_routes(server.app, WORKFLOW_NAME),  # each run through the app's own run route
+        *(mcp_routes(server.app, engine) if mcp_available() else []),
     ]
     reloader = None
     if reloads:
@@ -117,6 +122,7 @@ def build_server(
         def install(new: CorrectiveRAGWorkflow) -> None:
             track_runs(new, live.ids)
             server.add_workflow(WORKFLOW_NAME, new)  # the next run gets it; running ones keep theirs
+            engine.replace(new)
 
         rebuild = lambda: build_workflow(settings, index=ChunkIndex.load(settings.index.path))  # noqa: E731
         reloader = IndexReloader(settings.index.path, rebuild, install, upkeep)

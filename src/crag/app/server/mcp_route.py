@@ -1,0 +1,49 @@
+"""`/mcp`: crag's MCP server (crag.app.mcp_server) over streamable HTTP, inside `crag serve`.
+
+It sits behind the same middleware as every other route, so the API key (auth.py) guards it,
+and without a key the request guard's Host and Origin checks do (guard.py): the SDK's own
+DNS-rebinding check is left off, as it would refuse a server reached by its public name.
+The tools run on the server's current workflow, swapped when the index is reloaded; `ingest`
+is not offered here (writes go through `crag ingest`, which the reload then picks up).
+Without the `mcp` package there is no `/mcp`: `crag[mcp]` adds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.util import find_spec
+from typing import Any
+
+from starlette.routing import Route
+
+from crag.app.mcp_engine import Engine
+
+PATH = "/mcp"
+
+
+def mcp_available() -> bool:
+    return find_spec("mcp") is not None
+
+
+def mcp_routes(app: Any, engine: Engine) -> list[Route]:
+    """The `/mcp` route for `app` (a Starlette app), whose lifespan then also runs the SDK's
+    session manager (it must be running before a request reaches the route)."""
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from crag.app.mcp_server import build_mcp
+
+    server = build_mcp(engine)
+    off = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # guard.py does it
+    server.streamable_http_app(streamable_http_path=PATH, transport_security=off)  # makes the manager
+    manager = server.session_manager
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(application: Any) -> AsyncIterator[None]:
+        async with inner(application), manager.run():
+            yield
+
+    app.router.lifespan_context = lifespan
+    return [Route(PATH, StreamableHTTPASGIApp(manager))]
