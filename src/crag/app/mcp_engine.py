@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from threading import Thread
 from typing import TYPE_CHECKING
@@ -26,13 +28,21 @@ class Engine:
     """The settings, the workflow (built in a thread, once), and this process's run traces."""
 
     settings: Settings
+    admit: Callable[[], AbstractAsyncContextManager[object]] = (
+        nullcontext  # `crag serve`'s admission
+    )
     _future: Future[CorrectiveRAGWorkflow] = field(default_factory=Future)
     traces: OrderedDict[str, RunTrace] = field(default_factory=OrderedDict)
 
     @classmethod
-    def ready(cls, settings: Settings, workflow: CorrectiveRAGWorkflow) -> Engine:
-        """An engine on a workflow already built (`crag serve`'s)."""
-        engine = cls(settings)
+    def ready(
+        cls,
+        settings: Settings,
+        workflow: CorrectiveRAGWorkflow,
+        admit: Callable[[], AbstractAsyncContextManager[object]] = nullcontext,
+    ) -> Engine:
+        """An engine on a workflow already built (`crag serve`'s); each run waits on `admit`."""
+        engine = cls(settings, admit)
         engine.replace(workflow)
         return engine
 
@@ -40,9 +50,9 @@ class Engine:
         """Load the index and build the workflow in a thread; `workflow()` waits for it."""
 
         def load() -> None:
-            from crag.workflows.factory import build_workflow
-
             try:
+                from crag.workflows.factory import build_workflow
+
                 self._future.set_result(build_workflow(self.settings))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits it
                 self._future.set_exception(exc)
@@ -50,6 +60,9 @@ class Engine:
         Thread(target=load, name="crag-mcp-load", daemon=True).start()
 
     async def workflow(self) -> CorrectiveRAGWorkflow:
+        """The workflow, once built. Every tool and resource awaits it before its own work, even
+        one that needs no workflow: importing llama-index in two threads at once can fail on
+        its circular imports, so nothing else imports while the loading thread does."""
         return await asyncio.wrap_future(self._future)
 
     def replace(self, workflow: CorrectiveRAGWorkflow) -> None:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from crag.errors import CragError, redact
 
 if TYPE_CHECKING:
-    from crag.app.mcp_server import Engine
+    from crag.app.mcp_engine import Engine
     from crag.config import Settings
     from crag.ingestion.pipeline import IngestReport
 
@@ -55,6 +55,7 @@ def add_ingest_tool(server: MCPServer, engine: Engine) -> None:
         progress = _Progress(ctx)
         async with lock:
             try:
+                await engine.workflow()  # see Engine.workflow
                 report, workflow = await anyio.to_thread.run_sync(
                     _ingest_and_reload, engine.settings, [Path(p) for p in paths], progress
                 )

@@ -92,9 +92,10 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
     async def ask(question: str, ctx: Context) -> Annotated[CallToolResult, AskOutput]:
         """Answer a question from the indexed documents, citing them as [n]; when they do not
         answer it, the web is searched. Returns the answer, the verdict and the sources."""
-        workflow = await engine.workflow()
         with _tool_errors():
-            result, run_id = await _run(workflow, question, ctx)
+            workflow = await engine.workflow()
+            async with engine.admit():
+                result, run_id = await _run(workflow, question, ctx)
         engine.keep(run_id, result.trace)
         out = _ask_output(result, run_id)
         return CallToolResult(
@@ -106,14 +107,16 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
     async def search(question: str, top_k: int | None = None) -> SearchOutput:
         """Find the chunks of the indexed documents that bear on a question, each graded for
         relevance (0 to 1), best first; no answer is written and the web is not searched."""
-        workflow = await engine.workflow()
         with _tool_errors():
-            return await _search(workflow, question, top_k)
+            workflow = await engine.workflow()
+            async with engine.admit():  # its grader may call the model as a run's does
+                return await _search(workflow, question, top_k)
 
     @server.resource("crag://index/manifest", mime_type="application/json")
     async def index_manifest() -> str:
         """The index: its folder, chunk count, chunker, and each file with its size and hash."""
         with _tool_errors():
+            await engine.workflow()  # see Engine.workflow
             return json.dumps(await anyio.to_thread.run_sync(manifest, engine.settings), indent=1)
 
     @server.resource("crag://runs/{run_id}/trace", mime_type="application/json")

@@ -36,7 +36,7 @@ from crag.app.mcp_engine import Engine
 from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
 from crag.app.server.auth import ApiKeyMiddleware
 from crag.app.server.guard import RequestGuard, check_bind
-from crag.app.server.mcp_route import mcp_available, mcp_routes
+from crag.app.server.mcp_route import admitted, mcp_available, mcp_routes
 from crag.app.server.openai_api import openai_routes
 from crag.app.server.reload import IndexReloader
 from crag.app.server.routes import WORKFLOW_NAME, crag_routes
@@ -109,7 +109,7 @@ def build_server(
     # does (upkeep.py).
     server = WorkflowServer(workflow_store=store.store, middleware=middleware, runtime=BasicRuntime())
     server.add_workflow(WORKFLOW_NAME, workflow)
-    engine = Engine.ready(settings, workflow)  # the MCP door's: it follows reloads too
+    engine = Engine.ready(settings, workflow, admitted(admission))  # the MCP door's; follows reloads
     # Ahead of the server's routes, so crag's /health (which says more) answers, not its own.
     server.app.router.routes[:0] = [
         *crag_routes(workflow, index, store.store, store.kind, auth=bool(key), upkeep=upkeep),
@@ -155,7 +155,8 @@ def serve(settings: Settings) -> None:
     print(
         f"crag: serving http://{host}:{port} (workflow '{WORKFLOW_NAME}', runs kept in "
         f"{crag_server.store.kind} {crag_server.store.where}, "
-        f"{'API key required' if crag_server.auth else 'no API key: anyone who can connect may ask'})",
+        f"{'API key required' if crag_server.auth else 'no API key: anyone who can connect may ask'})"
+        + (f"; MCP clients: http://{host}:{port}/mcp" if mcp_available() else ""),
         file=sys.stderr,
     )
     settle_heap()
