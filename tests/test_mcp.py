@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from conftest import SAMPLES
 from loopback import uvicorn_serving
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 import crag
@@ -64,6 +64,9 @@ async def test_over_stdio_ask_answers_with_citations_and_reports_progress(
         trace = await client.read_resource(f"crag://runs/{answer['run_id']}/trace")
         recorded = json.loads(trace.contents[0].text)
         assert recorded["query"] == ANSWERED and recorded["verdict"] == "correct"
+
+        with pytest.raises(MCPError, match="No run nope here"):
+            await client.read_resource("crag://runs/nope/trace")
 
         found = await client.call_tool("search", {"question": ANSWERED, "top_k": 2})
         hits = found.structured_content["chunks"]

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
+from workflows.errors import WorkflowTimeoutError
 
 from crag.app.mcp_engine import KEEP_TRACES, Engine, manifest
 from crag.errors import CragError, redact
@@ -92,7 +93,7 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
     async def ask(question: str, ctx: Context) -> Annotated[CallToolResult, AskOutput]:
         """Answer a question from the indexed documents, citing them as [n]; when they do not
         answer it, the web is searched. Returns the answer, the verdict and the sources."""
-        with _tool_errors():
+        with _told():
             workflow = await engine.workflow()
             async with engine.admit():
                 result, run_id = await _run(workflow, question, ctx)
@@ -104,10 +105,13 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
         )
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
-    async def search(question: str, top_k: int | None = None) -> SearchOutput:
+    async def search(
+        question: str,
+        top_k: Annotated[int | None, Field(ge=1, description="at most this many")] = None,
+    ) -> SearchOutput:
         """Find the chunks of the indexed documents that bear on a question, each graded for
         relevance (0 to 1), best first; no answer is written and the web is not searched."""
-        with _tool_errors():
+        with _told():
             workflow = await engine.workflow()
             async with engine.admit():  # its grader may call the model as a run's does
                 return await _search(workflow, question, top_k)
@@ -115,7 +119,7 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
     @server.resource("crag://index/manifest", mime_type="application/json")
     async def index_manifest() -> str:
         """The index: its folder, chunk count, chunker, and each file with its size and hash."""
-        with _tool_errors():
+        with _told(ResourceError):
             await engine.workflow()  # see Engine.workflow
             return json.dumps(await anyio.to_thread.run_sync(manifest, engine.settings), indent=1)
 
@@ -123,7 +127,7 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
     def trace(run_id: str) -> str:
         """A run's trace (steps, times, calls, why each turn), for a run this server made."""
         if run_id not in engine.traces:
-            raise ToolError(
+            raise ResourceNotFoundError(
                 f"No run {run_id} here: traces are kept for the last {KEEP_TRACES} "
                 "runs of this server process; ask again for a new one."
             )
@@ -137,13 +141,15 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
 
 
 @contextmanager
-def _tool_errors() -> Iterator[None]:
-    """crag's own errors reach the client as a tool error with their message (they say what
-    to do); the SDK hides any other exception's, which is right for a bug."""
+def _told(error: type[Exception] = ToolError) -> Iterator[None]:
+    """crag's own errors reach the client as `error` (a tool's or a resource's) with their
+    message, which says what to do; the SDK hides any other exception's, right for a bug."""
     try:
         yield
     except CragError as exc:
-        raise ToolError(redact(str(exc))) from None
+        raise error(redact(str(exc))) from None
+    except WorkflowTimeoutError as exc:
+        raise error(f"The run was cancelled: {exc} (raise [run] timeout).") from None
 
 
 async def _run(
