@@ -100,8 +100,8 @@ def build_server(
     # The engine's basic runtime, not the server's default stack: that one serialises every
     # tick of a run twice (to persist it, then for a no-op hook) so that a run can resume
     # mid-way after a restart, which a crag run cannot (its state stays in memory; see
-    # stores.py), and watches for idle runs, which a crag run never is. 8 ms of server CPU
-    # per question of 58 (benchmarks/throughput.py). The SQLite store marks runs a restart cut off
+    # stores.py), and watches for idle runs, which a crag run never is: a large share of the
+    # server's CPU per question (benchmarks/throughput.py). The SQLite store marks runs a restart cut off
     # as failed when it starts (SqliteRunStore.start); on shared PostgreSQL the heartbeat sweep
     # does (upkeep.py).
     server = WorkflowServer(workflow_store=store.store, middleware=middleware, runtime=BasicRuntime())
@@ -131,8 +131,8 @@ def settle_heap() -> None:
     `gc.freeze()` moves what exists now (the index, the models, the libraries) out of the
     collector's view, so that its full passes stop walking them again and again; a larger
     young generation makes those passes rarer still, each run's objects being short-lived.
-    Under benchmarks/throughput.py the default collector took 0.4 s of server CPU per 200
-    collections, and this cut the server's CPU per question from 41-46 ms to 34-37 ms.
+    Under benchmarks/throughput.py this cut the server's CPU per question by about a sixth
+    (figures in docs/measured.md).
     """
     gc.collect()
     gc.freeze()

@@ -179,7 +179,8 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
     def _hand_over(self) -> None:
         """Queue this turn's events, then a commit, as one job: one wake-up of the store's
         thread per turn, not one per event (each wake-up is a hand-over of the interpreter
-        lock; per event they cost 8-16 ms of server CPU per question)."""
+        lock, which per event cost a measurable share of the server's CPU per question:
+        benchmarks/throughput.py)."""
         if self._pending:
             batch, self._pending = self._pending, []
             self._thread.put(self._write_events, batch)
