@@ -26,11 +26,21 @@ from workflows.utils import get_steps_from_class  # noqa: E402
 
 import crag  # noqa: E402
 from crag import ChunkIndex, Settings, ingest  # noqa: E402
+from crag.app.render.browser import find_chromium  # noqa: E402
 
 SAMPLES = Path(crag.__file__).parent / "sample_data"
 # Every step of the corrective workflow, as the engine itself finds them on the class.
 ALL_STEPS = sorted(get_steps_from_class(crag.CorrectiveRAGWorkflow))
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# A test module that opens pages or prints PDFs in Chromium: `pytestmark = BROWSER`.
+BROWSER = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        find_chromium() is None,
+        reason="no Chromium: install Debian's chromium package (apt-get install -y chromium), as .ci/run does",
+    ),
+]
 
 T = TypeVar("T")
 
