@@ -79,6 +79,15 @@ def no_blocking() -> Iterator[BlockBuster]:
         yield blockbuster
 
 
+def ingested(root: Path, docs: dict[str, str]) -> Path:
+    """Write `docs` (file name -> text) under `root`/docs and ingest them into `root`/index."""
+    (root / "docs").mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        (root / "docs" / name).write_text(text, encoding="utf-8")
+    ingest([root / "docs"], root / "index")
+    return root / "index"
+
+
 @pytest.fixture(scope="session")
 def sample_index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled sample handbook, ingested once per session."""
