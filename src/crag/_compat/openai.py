@@ -238,13 +238,7 @@ def checked_classes() -> tuple[type, type]:
         _max_in_flight: int = PrivateAttr(default=64)
         _new_http_client: Any = PrivateAttr(default=None)
 
-    class CheckedOpenAILike(_CheckedReplies, OpenAILike):
-        api_key: str = hidden_key
-        _client_retries: int = PrivateAttr(default=2)
-        _limits: weakref.WeakKeyDictionary = PrivateAttr(default_factory=weakref.WeakKeyDictionary)
-        _aclients: dict = PrivateAttr(default_factory=dict)
-        _max_in_flight: int = PrivateAttr(default=64)
-        _new_http_client: Any = PrivateAttr(default=None)
+    class CheckedOpenAILike(CheckedOpenAI, OpenAILike):  # OpenAILike is an OpenAI: one set of fields
 
         async def _model_achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
             # OpenAILike.achat only adds the path for completion models, and a second
