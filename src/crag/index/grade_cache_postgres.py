@@ -11,6 +11,11 @@ reason for a question to fail: a lookup the database does not answer within `tim
 frozen, refusing) is a miss and a write is dropped, with one warning per outage; for
 `retry_after` seconds after that the database is not asked at all, so that a frozen database
 costs one wait, not one per question.
+
+Several servers share the table safely: hits are marked used without waiting on rows another
+server holds, writes lock rows in key order, and one server at a time trims the table back to
+`max_entries` (one scan of the `used` index per write; the others skip the trim, so the bound
+may be passed briefly by writes made at the same moment).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from crag.errors import redact
 from crag.index.grade_cache import CacheStats
 
 if TYPE_CHECKING:
@@ -148,8 +154,8 @@ class PostgresGradeCache:
             if not self._warned:
                 self._warned = True
                 log.warning("grade cache %s did not answer a %s (%s: %s): grading goes on without it, "
-                            "trying again after %g s", self.where, what, type(exc).__name__, exc,
-                            self.retry_after)
+                            "trying again after %g s", self.where, what, type(exc).__name__,
+                            redact(str(exc)), self.retry_after)  # asyncpg's errors may quote the URL
             return default
         if self._warned:
             self._warned = False
