@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     add_budget_flags(p)
     p.set_defaults(func=_serve)
 
-    p = sub.add_parser("cache", help="the grade cache beside the index: stats, or clear it")
+    p = sub.add_parser("cache", help="the grade cache (beside the index, or in --store URL): stats, or clear it")
     p.add_argument("action", choices=["stats", "clear"])
     p.add_argument("--index", type=Path)
     p.add_argument("--store", metavar="URL",
