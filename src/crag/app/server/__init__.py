@@ -38,8 +38,8 @@ from crag.app.server.openai_api import openai_routes
 from crag.app.server.reload import IndexReloader
 from crag.app.server.routes import WORKFLOW_NAME, crag_routes
 from crag.app.server.storegate import StoreGate
-from crag.app.server.stores import StoreChoice, store_for
-from crag.app.server.upkeep import CancelReport, LiveRuns, Upkeep, with_upkeep
+from crag.app.server.stores import StoreChoice, grade_cache_for, store_for
+from crag.app.server.upkeep import CancelReport, LiveRuns, Upkeep, closing_on_shutdown, with_upkeep
 from crag.app.server.validation import QueryCheckMiddleware
 from crag.config import Settings
 from crag.errors import register_secret
@@ -76,7 +76,8 @@ def build_server(
 
     index = index if index is not None else ChunkIndex.load(settings.index.path)
     reloads = workflow is None  # a workflow given with components of its own is not rebuilt
-    workflow = workflow or build_workflow(settings, index=index)
+    grade_cache = grade_cache_for(settings) if reloads else None  # PostgreSQL's, on a PostgreSQL store
+    workflow = workflow or build_workflow(settings, index=index, grade_cache=grade_cache)
     warm_up_workflow(workflow, index)  # everything loaded before the first request is accepted
     store = store_for(settings)
     key = settings.server.api_key.get_secret_value() if settings.server.api_key else ""
@@ -118,10 +119,13 @@ def build_server(
             track_runs(new, live.ids)
             server.add_workflow(WORKFLOW_NAME, new)  # the next run gets it; running ones keep theirs
 
-        rebuild = lambda: build_workflow(settings, index=ChunkIndex.load(settings.index.path))  # noqa: E731
+        rebuild = lambda: build_workflow(  # noqa: E731 - the same cache (and pool) across reloads
+            settings, index=ChunkIndex.load(settings.index.path), grade_cache=grade_cache)
         reloader = IndexReloader(settings.index.path, rebuild, install, upkeep)
     with_upkeep(server.app, upkeep, every=settings.server.orphan_after / 3,
                 also=reloader.run_forever if reloader else None)
+    if grade_cache is not None:
+        closing_on_shutdown(server.app, grade_cache.aclose)  # its pool, on the app's event loop
     return CragServer(server=server, store=store, auth=bool(key))
 
 
