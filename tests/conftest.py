@@ -26,11 +26,21 @@ from workflows.utils import get_steps_from_class  # noqa: E402
 
 import crag  # noqa: E402
 from crag import ChunkIndex, Settings, ingest  # noqa: E402
+from crag.app.render.browser import find_chromium  # noqa: E402
 
 SAMPLES = Path(crag.__file__).parent / "sample_data"
 # Every step of the corrective workflow, as the engine itself finds them on the class.
 ALL_STEPS = sorted(get_steps_from_class(crag.CorrectiveRAGWorkflow))
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# A test module that opens pages or prints PDFs in Chromium: `pytestmark = BROWSER`.
+BROWSER = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        find_chromium() is None,
+        reason="no Chromium: install Debian's chromium package (apt-get install -y chromium), as .ci/run does",
+    ),
+]
 
 T = TypeVar("T")
 
@@ -67,6 +77,15 @@ def no_blocking() -> Iterator[BlockBuster]:
     building loads files on purpose, and an async test's body runs on the loop."""
     with blockbuster_ctx("crag") as blockbuster:
         yield blockbuster
+
+
+def ingested(root: Path, docs: dict[str, str]) -> Path:
+    """Write `docs` (file name -> text) under `root`/docs and ingest them into `root`/index."""
+    (root / "docs").mkdir(parents=True, exist_ok=True)
+    for name, text in docs.items():
+        (root / "docs" / name).write_text(text, encoding="utf-8")
+    ingest([root / "docs"], root / "index")
+    return root / "index"
 
 
 @pytest.fixture(scope="session")

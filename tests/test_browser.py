@@ -9,19 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES
+from conftest import BROWSER, SAMPLES
 from PIL import Image
 from test_render import EVENTS, STEPS, visible_text
 
 from crag import CorrectiveRAGWorkflow, Settings, build_workflow
 from crag.app.render import graph_html, trace_html
-from crag.app.render.browser import Rendered, find_chromium, render
+from crag.app.render.browser import Rendered, render
 
-pytestmark = pytest.mark.skipif(
-    find_chromium() is None,
-    reason="no Chromium to open the pages in: install Debian's chromium package "
-    "(apt-get install -y chromium), as .ci/run does",
-)
+pytestmark = BROWSER
 
 WHITE = (255, 255, 255)
 BADGE_INCORRECT, TIMELINE_BAR, EDGE_GREY, STEP_FILL = (185, 28, 28), (59, 130, 246), (100, 116, 139), (219, 234, 254)

@@ -9,15 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import BROWSER
 
 from crag.app.cli import PARTIAL, main
-from crag.app.render.browser import find_chromium, print_pdf
+from crag.app.render.browser import print_pdf
 
-pytestmark = pytest.mark.skipif(
-    find_chromium() is None,
-    reason="no Chromium to print the PDF: install Debian's chromium package "
-    "(apt-get install -y chromium), as .ci/run does",
-)
+pytestmark = BROWSER
 
 PAGES = [
     "Solar panels on the depot roof were cleaned in spring. The crew washed every row by hand.",

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import finishes
+from conftest import finishes, ingested
 from loopback import (
     Drop,
     LoopbackServer,
@@ -51,10 +51,7 @@ MONA_LISA = tavily_result(
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("faults")
-    (root / "docs").mkdir()
-    for name, text in DOCS.items():
-        (root / "docs" / name).write_text(text, encoding="utf-8")
-    crag.ingest([root / "docs"], root / "index")
+    ingested(root, DOCS)
     (root / "web.jsonl").write_text(
         json.dumps({"doc_id": "mona-lisa", "title": "Mona Lisa", "url": MONA_LISA["url"], "text": MONA_LISA["content"]})
         + "\n",

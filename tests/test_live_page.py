@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import SAMPLES
+from conftest import BROWSER, SAMPLES
 from loopback import uvicorn_serving
 
 from crag import Settings, build_workflow
@@ -22,9 +22,7 @@ from crag.app.server import build_server
 from crag.events import CragResult
 
 CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install -y chromium, as .ci/run does"
-)
+pytestmark = BROWSER
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 AMBIGUOUS = "What cathode does the Helio H10 battery use?"  # the handbook half-answers it

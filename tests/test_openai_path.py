@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import ingested
 from llama_index.core.schema import NodeWithScore
 from loopback import (
     LoopbackServer,
@@ -44,14 +45,9 @@ DOCS = {
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory) -> Path:
     """A four-chunk index: one chunk per hand-written file."""
-    root = tmp_path_factory.mktemp("openai")
-    docs = root / "docs"
-    docs.mkdir()
-    for name, text in DOCS.items():
-        (docs / name).write_text(text, encoding="utf-8")
-    report = crag.ingest([docs], root / "index")
-    assert report.chunks_total == len(DOCS)
-    return root / "index"
+    index_dir = ingested(tmp_path_factory.mktemp("openai"), DOCS)
+    assert len(crag.ChunkIndex.load(index_dir)) == len(DOCS)
+    return index_dir
 
 
 @pytest.fixture

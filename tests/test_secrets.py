@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 import pytest
+from conftest import ingested
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
@@ -36,12 +37,10 @@ QUESTION = "How long does the Zephyr battery last?"
 
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("secrets")
-    (root / "docs").mkdir()
-    (root / "docs" / "battery.md").write_text("# Battery\nThe Zephyr drone battery lasts 42 minutes.\n")
-    (root / "docs" / "camera.md").write_text("# Camera\nThe Zephyr camera records 4K video.\n")
-    crag.ingest([root / "docs"], root / "index")
-    return root / "index"
+    return ingested(tmp_path_factory.mktemp("secrets"), {
+        "battery.md": "# Battery\nThe Zephyr drone battery lasts 42 minutes.\n",
+        "camera.md": "# Camera\nThe Zephyr camera records 4K video.\n",
+    })
 
 
 def leaky_model(request) -> Reply:  # noqa: ANN001 - a loopback Request

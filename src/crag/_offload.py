@@ -6,9 +6,8 @@
 
 Why not `asyncio.to_thread`: its default executor has up to `cores + 4` threads, and more
 Python threads than cores only fight over the GIL, which the event-loop thread then waits
-for too. 20 concurrent offline runs on a 10k-chunk index, 2 cores: a 10 ms timer on the
-loop was late by 64 ms at p99 with one worker per core, 172 ms with `to_thread`, and the
-20 runs took 0.66 s against 1.43 s (`benchmarks/event_loop.py --executor pool|to_thread`).
+for too: one worker per core kept the loop's timers less late and concurrent runs quicker
+(`benchmarks/event_loop.py --executor pool|to_thread`; figures in docs/measured.md).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from crag.cli_flags import add_budget_flags, budget_overrides
 if TYPE_CHECKING:
     from crag.config import Settings
     from crag.events import CragResult
+    from crag.index.grade_cache import CacheStats
     from crag.trace import RunTrace
 
 
@@ -142,9 +143,11 @@ def _parser() -> argparse.ArgumentParser:
     add_budget_flags(p)
     p.set_defaults(func=_mcp)
 
-    p = sub.add_parser("cache", help="the grade cache beside the index: stats, or clear it")
+    p = sub.add_parser("cache", help="the grade cache (beside the index, or in --store URL): stats, or clear it")
     p.add_argument("action", choices=["stats", "clear"])
     p.add_argument("--index", type=Path)
+    p.add_argument("--store", metavar="URL",
+                   help="the grade cache of `crag serve` on this postgresql:// store instead")
     p.set_defaults(func=_cache)
 
     p = sub.add_parser("demo", help="ingest the bundled sample documents and ask two questions")
@@ -289,6 +292,8 @@ def _cache(args: argparse.Namespace) -> int:
     from crag.index.grade_cache import FILE_NAME, GradeCache
 
     settings = _settings(args)
+    if args.store:
+        return _postgres_cache(args.action, args.store, settings)
     if not settings.index.path.is_dir():
         from crag.errors import IndexNotFoundError
 
@@ -302,10 +307,40 @@ def _cache(args: argparse.Namespace) -> int:
         stats = cache.stats()
     finally:
         cache.close()
+    _print_stats(stats, settings)
+    return 0
+
+
+def _postgres_cache(action: str, store: str, settings: Settings) -> int:
+    """`crag cache` against the grade cache `crag serve` keeps in PostgreSQL."""
+    import asyncio
+
+    from crag.app.server.stores import postgres_grade_cache
+    from crag.errors import CragError
+
+    cache = postgres_grade_cache(store, settings, timeout=10.0)
+
+    async def work() -> int | CacheStats:
+        try:
+            return await (cache.aclear() if action == "clear" else cache.astats())
+        except Exception as exc:  # noqa: BLE001 - asyncpg's and the network's: one line, as any error
+            raise CragError(f"The grade cache in {cache.where} could not be used ({type(exc).__name__}: "
+                            f"{exc}); is the database up?") from None
+        finally:
+            await cache.aclose()
+
+    outcome = asyncio.run(work())
+    if isinstance(outcome, int):
+        print(f"cleared {outcome} grade(s) from {cache.where} table crag_grades")
+    else:
+        _print_stats(outcome, settings)
+    return 0
+
+
+def _print_stats(stats: CacheStats, settings: Settings) -> None:
     state = "on" if settings.cache.enabled else "off ([cache] enabled = false)"
     print(f"{stats.path}: {stats.entries:,} grade(s) of at most {stats.max_entries:,}, "
           f"{stats.bytes / 1e6:.1f} MB; cache {state}")
-    return 0
 
 
 def _draw(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from llama_index.core.schema import NodeWithScore
@@ -196,32 +196,11 @@ class Calibration(BaseModel):
     verdicts: VerdictAgreement
 
 
-def calibrate(
-    datasets: Sequence[tuple[Path, Path]],
-    settings: Settings,
-    *,
-    label: Label = "gold",
-    target_precision: float | None = None,
-    lower_recall: float = 0.98,
-    drop_fraction: float = 0.5,
-    seed: int = 0,
-    decimals: int = 3,
-) -> Calibration:
-    """Fit `upper` and `lower` on the pooled labelled pairs of every (questions, corpus) pair."""
+def calibrate(datasets: Sequence[tuple[Path, Path]], settings: Settings, **options: Any) -> Calibration:
+    """`acalibrate` from synchronous code (a script, the CLI); the same arguments."""
     from crag._offload import run_sync
 
-    return run_sync(
-        lambda: acalibrate(
-            datasets,
-            settings,
-            label=label,
-            target_precision=target_precision,
-            lower_recall=lower_recall,
-            drop_fraction=drop_fraction,
-            seed=seed,
-            decimals=decimals,
-        )
-    )
+    return run_sync(lambda: acalibrate(datasets, settings, **options))
 
 
 async def acalibrate(
@@ -235,7 +214,7 @@ async def acalibrate(
     seed: int = 0,
     decimals: int = 3,
 ) -> Calibration:
-    """The async body of `calibrate`."""
+    """Fit `upper` and `lower` on the pooled labelled pairs of every (questions, corpus) pair."""
     from crag.workflows.factory import build_workflow
 
     if not datasets:

@@ -5,7 +5,8 @@ A grade is keyed by everything that could change it: the grader's kind, the mode
 version, the question (normalised: case and spacing do not matter) and the chunk's text (its
 hash, so a re-ingested chunk with new text never gets an old grade). The cache is one SQLite file
 in WAL mode, shared safely by several processes; it keeps at most `max_entries` grades and drops
-the least recently used first.
+the least recently used first. (`crag serve` on PostgreSQL keeps them there instead:
+grade_cache_postgres.py.)
 
 A cache is a convenience, never a reason for a question to fail: a corrupt file is set aside
 (renamed, with one warning) and a fresh one started; a cache that cannot be opened or written at
@@ -20,9 +21,10 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +60,21 @@ def grade_key(*, grader: str, model: str, prompt_version: str, question: str, co
 class CacheStats:
     """What `crag cache stats` prints."""
 
-    path: Path
+    path: Path | str  # the file, or the database and table
     entries: int
     max_entries: int
     bytes: int
     enabled: bool
+
+
+@runtime_checkable
+class AsyncGradeCache(Protocol):
+    """A grade cache with async methods (PostgreSQL's, grade_cache_postgres.py): awaited on the
+    event loop, where `GradeCache`'s synchronous ones are sent to a thread."""
+
+    async def aget_many(self, keys: Sequence[str]) -> dict[str, float]: ...
+
+    async def aput_many(self, scores: Mapping[str, float]) -> None: ...
 
 
 class GradeCache:

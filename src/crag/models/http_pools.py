@@ -31,9 +31,8 @@ def async_http_client() -> Any:
 
 # httpcore's pool walks all its connections (polling each idle socket) and all queued
 # requests whenever a request starts or ends, so the CPU per call grows with the calls in
-# flight: 8-9 ms per call at 64 in flight against a loopback server, 2.2-3.0 ms with the
-# calls spread one per pool; fewer pools cost more: 2.7-3.1 ms at 16, 2.8-4.0 ms at 8
-# (benchmarks/model_client.py).
+# flight; one pool per call in flight costs least, fewer pools more
+# (benchmarks/model_client.py --pools N).
 POOL_SHARDS = MAX_IN_FLIGHT
 
 

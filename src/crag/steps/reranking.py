@@ -55,13 +55,10 @@ class LexicalReranker:
 
     score = (lexical + cosine_weight * max(cosine, 0) + rank_weight / (1 + rank)) / total weight,
     so it stays in [0, 1]. The lexical evaluator carries it (the strongest offline relevance
-    signal we have: ROC AUC 0.88-0.99 on the dev sets); the cosine catches paraphrases, and
-    the rank keeps what BM25 and the embeddings agreed on when lexical scores tie.
-
-    Hybrid top-40 -> top-5, recall@5 / MRR of the gold passage (`benchmarks/rerank_probe.py`):
-    squad 94.0 / 0.823 -> 95.3 / 0.878, popqa 98.3 / 0.921 -> 99.7 / 0.991, hotpotqa
-    76.0 / 0.579 -> 82.0 / 0.606; the lexical score alone: 93.3 / 0.845, 99.3 / 0.990,
-    81.0 / 0.616.
+    signal we have); the cosine catches paraphrases, and the rank keeps what BM25 and the
+    embeddings agreed on when lexical scores tie. It improves recall@5 and MRR of the gold
+    passage over the first stage on every dev set (`benchmarks/rerank_probe.py`; figures in
+    docs/measured.md).
 
     Args:
         evaluator: the lexical evaluator built on the index's term statistics.

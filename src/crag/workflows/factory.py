@@ -9,7 +9,7 @@ from crag.config import LLMSettings, Settings
 from crag.errors import ConfigError
 from crag.index import ChunkIndex
 from crag.index.grade_cache import FILE_NAME as GRADE_CACHE_FILE
-from crag.index.grade_cache import GradeCache
+from crag.index.grade_cache import AsyncGradeCache, GradeCache
 from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, WebSearch
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.prompts import BATCH_GRADE_PROMPT, GRADE_PROMPT
@@ -46,9 +46,13 @@ def build_workflow(
     settings: Settings | None = None,
     *,
     index: ChunkIndex | None = None,
+    grade_cache: GradeCache | AsyncGradeCache | None = None,
     **components: object,
 ) -> CorrectiveRAGWorkflow:
     """A workflow with components chosen by `settings`; `components` replace any by name.
+
+    The model's grades are kept in `grade_cache` (by default `grades.sqlite` beside the index;
+    `crag serve` on PostgreSQL passes one in PostgreSQL), unless `[cache] enabled` is false.
 
     Every component is warmed up (`warm_up_workflow`) before it is returned, so the first
     run's steps do their own work, not loading.
@@ -67,7 +71,8 @@ def build_workflow(
         """True when an LLM component is wanted: asked for by name, or 'auto' with a model."""
         return kind == "llm" or (kind == "auto" and use_llm)
 
-    grader = _grader(settings, index, llms, evaluator, model_wanted=pick(settings.grader.kind))
+    grader = _grader(settings, index, llms, evaluator, model_wanted=pick(settings.grader.kind),
+                     cache=grade_cache)
     rewriter: QueryRewriter = LLMRewriter(llms.llm) if pick(settings.rewriter.kind) else KeywordRewriter()
     synthesizer: Synthesizer = (
         LLMSynthesizer(llms.llm)
@@ -140,7 +145,8 @@ COMPONENTS = (
 
 
 def _grader(
-    settings: Settings, index: ChunkIndex, llms: LLMFactory, evaluator: LexicalEvaluator, *, model_wanted: bool
+    settings: Settings, index: ChunkIndex, llms: LLMFactory, evaluator: LexicalEvaluator, *, model_wanted: bool,
+    cache: GradeCache | AsyncGradeCache | None = None,
 ) -> Grader:
     """The offline evaluator; or the model, one call per chunk or one per batch, its grades kept
     in the grade cache; or a cascade, where the model sees only the chunks the evaluator is
@@ -153,8 +159,9 @@ def _grader(
     if options.batch:
         model = BatchLLMGrader(llms.llm, per_chunk=model)
         version = prompt_version(BATCH_GRADE_PROMPT, GRADE_PROMPT)
-    if settings.cache.enabled and index.path is not None:
+    if settings.cache.enabled and cache is None and index.path is not None:
         cache = GradeCache(index.path / GRADE_CACHE_FILE, max_entries=settings.cache.max_entries)
+    if settings.cache.enabled and cache is not None:
         model = CachedGrader(model, cache, model=model_id(settings.llm), version=version)
     if options.kind == "cascade":
         return CascadeGrader(evaluator, model, band=(options.band_low, options.band_high))

@@ -41,8 +41,8 @@ from crag.app.server.openai_api import openai_routes
 from crag.app.server.reload import IndexReloader
 from crag.app.server.routes import WORKFLOW_NAME, crag_routes
 from crag.app.server.storegate import StoreGate
-from crag.app.server.stores import StoreChoice, store_for
-from crag.app.server.upkeep import CancelReport, LiveRuns, Upkeep, with_upkeep
+from crag.app.server.stores import StoreChoice, grade_cache_for, store_for
+from crag.app.server.upkeep import CancelReport, LiveRuns, Upkeep, closing_on_shutdown, with_upkeep
 from crag.app.server.validation import QueryCheckMiddleware
 from crag.config import Settings
 from crag.errors import register_secret
@@ -79,7 +79,8 @@ def build_server(
 
     index = index if index is not None else ChunkIndex.load(settings.index.path)
     reloads = workflow is None  # a workflow given with components of its own is not rebuilt
-    workflow = workflow or build_workflow(settings, index=index)
+    grade_cache = grade_cache_for(settings) if reloads else None  # PostgreSQL's, on a PostgreSQL store
+    workflow = workflow or build_workflow(settings, index=index, grade_cache=grade_cache)
     warm_up_workflow(workflow, index)  # everything loaded before the first request is accepted
     store = store_for(settings)
     key = settings.server.api_key.get_secret_value() if settings.server.api_key else ""
@@ -103,8 +104,8 @@ def build_server(
     # The engine's basic runtime, not the server's default stack: that one serialises every
     # tick of a run twice (to persist it, then for a no-op hook) so that a run can resume
     # mid-way after a restart, which a crag run cannot (its state stays in memory; see
-    # stores.py), and watches for idle runs, which a crag run never is. 8 ms of server CPU
-    # per question of 58 (benchmarks/throughput.py). The SQLite store marks runs a restart cut off
+    # stores.py), and watches for idle runs, which a crag run never is: a large share of the
+    # server's CPU per question (benchmarks/throughput.py). The SQLite store marks runs a restart cut off
     # as failed when it starts (SqliteRunStore.start); on shared PostgreSQL the heartbeat sweep
     # does (upkeep.py).
     server = WorkflowServer(workflow_store=store.store, middleware=middleware, runtime=BasicRuntime())
@@ -124,10 +125,13 @@ def build_server(
             server.add_workflow(WORKFLOW_NAME, new)  # the next run gets it; running ones keep theirs
             engine.replace(new)
 
-        rebuild = lambda: build_workflow(settings, index=ChunkIndex.load(settings.index.path))  # noqa: E731
+        rebuild = lambda: build_workflow(  # noqa: E731 - the same cache (and pool) across reloads
+            settings, index=ChunkIndex.load(settings.index.path), grade_cache=grade_cache)
         reloader = IndexReloader(settings.index.path, rebuild, install, upkeep)
     with_upkeep(server.app, upkeep, every=settings.server.orphan_after / 3,
                 also=reloader.run_forever if reloader else None)
+    if grade_cache is not None:
+        closing_on_shutdown(server.app, grade_cache.aclose)  # its pool, on the app's event loop
     return CragServer(server=server, store=store, auth=bool(key))
 
 
@@ -137,8 +141,8 @@ def settle_heap() -> None:
     `gc.freeze()` moves what exists now (the index, the models, the libraries) out of the
     collector's view, so that its full passes stop walking them again and again; a larger
     young generation makes those passes rarer still, each run's objects being short-lived.
-    Under benchmarks/throughput.py the default collector took 0.4 s of server CPU per 200
-    collections, and this cut the server's CPU per question from 41-46 ms to 34-37 ms.
+    Under benchmarks/throughput.py this cut the server's CPU per question by about a sixth
+    (figures in docs/measured.md).
     """
     gc.collect()
     gc.freeze()

@@ -2,8 +2,8 @@
 most 1,000), and `before=ID` for the page after the run `ID`.
 
 The server's own route (llama-agents-server 0.8) has filters but no limit: it reads every
-run with its result, on the event loop. With 1,900 finished runs that was 8.3 MB in 1.6 s,
-and /health waited meanwhile. This route answers the same query parameters (`status`,
+run with its result, on the event loop: with a few thousand finished runs, megabytes and
+seconds, and /health waited meanwhile. This route answers the same query parameters (`status`,
 `workflow_name`, repeated or not) and the same shape (`{"handlers": [...]}`), plus
 `"next_before"`: the `before` for the next page, or null on the last one. On SQLite the page
 is read with `ORDER BY ... LIMIT` on a connection of its own, and turned into JSON, in a

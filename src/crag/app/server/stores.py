@@ -49,6 +49,7 @@ from crag.app.server.unrecorded import UnrecordedEnds
 from crag.app.server.writer import StoreThread
 from crag.config import Settings
 from crag.errors import ConfigError, register_secret
+from crag.index.grade_cache_postgres import PostgresGradeCache
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 INTERRUPTED = "the server stopped before the run finished; ask again"
@@ -179,7 +180,8 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
     def _hand_over(self) -> None:
         """Queue this turn's events, then a commit, as one job: one wake-up of the store's
         thread per turn, not one per event (each wake-up is a hand-over of the interpreter
-        lock; per event they cost 8-16 ms of server CPU per question)."""
+        lock, which per event cost a measurable share of the server's CPU per question:
+        benchmarks/throughput.py)."""
         if self._pending:
             batch, self._pending = self._pending, []
             self._thread.put(self._write_events, batch)
@@ -340,6 +342,24 @@ def store_for(settings: Settings) -> StoreChoice:
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     return StoreChoice(SqliteRunStore(str(path)), "sqlite", str(path))
+
+
+def grade_cache_for(settings: Settings) -> PostgresGradeCache | None:
+    """On a postgresql:// store, the grade cache in the same database, shared by every server
+    that shares it; None otherwise (the workflow keeps grades in SQLite beside the index)."""
+    target = settings.server.store or ""
+    if not settings.cache.enabled or not target.startswith(POSTGRES_SCHEMES):
+        return None
+    return postgres_grade_cache(target, settings)
+
+
+def postgres_grade_cache(url: str, settings: Settings, *, timeout: float = 2.0) -> PostgresGradeCache:
+    """The grade cache in the PostgreSQL database at `url` (`crag cache --store URL` too)."""
+    if not url.startswith(POSTGRES_SCHEMES):
+        raise ConfigError(f"{url.split('://')[0]} is not a postgresql:// URL; the grade cache lives "
+                          "in PostgreSQL only with a postgresql:// store (else grades.sqlite beside the index).")
+    register_secret(_split_password(url)[1])  # asyncpg's errors may quote the URL
+    return PostgresGradeCache(url, max_entries=settings.cache.max_entries, timeout=timeout)
 
 
 def _split_password(url: str) -> tuple[str, str | None]:

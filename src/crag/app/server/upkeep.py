@@ -25,7 +25,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -242,6 +242,21 @@ def with_upkeep(app: Any, upkeep: Upkeep, every: float, also: Callable[[], Any] 
                 for task in tasks:
                     task.cancel()
                 await upkeep.leave()
+
+    app.router.lifespan_context = lifespan
+
+
+def closing_on_shutdown(app: Any, close: Callable[[], Awaitable[None]]) -> None:
+    """Await `close()` when the app shuts down (a pool opened on the app's event loop)."""
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(application: Any) -> AsyncIterator[None]:
+        async with inner(application):
+            try:
+                yield
+            finally:
+                await close()
 
     app.router.lifespan_context = lifespan
 

@@ -9,7 +9,7 @@ from llama_index.core.schema import NodeWithScore
 
 from crag._offload import off_loop, warm_up
 from crag.events import Grade
-from crag.index.grade_cache import GradeCache, grade_key
+from crag.index.grade_cache import AsyncGradeCache, GradeCache, grade_key
 from crag.interfaces import Grader
 from crag.prompts import GRADE_PROMPT
 from crag.trace import note_cache_hits
@@ -25,10 +25,11 @@ class CachedGrader:
     """`grader`, with the grades it gave kept in `cache` and read back instead of asked again.
 
     Only grades the grader itself produced are kept: a fallback's grade (its `note` says why)
-    is not, so a model that failed once is asked again next time.
+    is not, so a model that failed once is asked again next time. A cache with async methods
+    (`AsyncGradeCache`, PostgreSQL's) is awaited; SQLite's synchronous one runs off the loop.
     """
 
-    def __init__(self, grader: Grader, cache: GradeCache, *, model: str,
+    def __init__(self, grader: Grader, cache: GradeCache | AsyncGradeCache, *, model: str,
                  version: str = prompt_version(GRADE_PROMPT)) -> None:
         self.grader = grader
         self.cache = cache
@@ -45,7 +46,7 @@ class CachedGrader:
 
     async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
         keys = [self._key(query, c) for c in chunks]
-        known = await off_loop(self.cache.get_many, keys)
+        known = await self._get(keys)
         missing = [c for c, k in zip(chunks, keys) if k not in known]
         fresh = iter(await self.grader.grade(query, missing) if missing else [])
         grades: list[Grade] = []
@@ -58,5 +59,16 @@ class CachedGrader:
             note_cache_hits(len(known))
         kept = {k: g.score for g, k in zip(grades, keys) if not g.cached and g.note is None}
         if kept:
-            await off_loop(self.cache.put_many, kept)
+            await self._put(kept)
         return grades
+
+    async def _get(self, keys: list[str]) -> dict[str, float]:
+        if isinstance(self.cache, AsyncGradeCache):
+            return await self.cache.aget_many(keys)
+        return await off_loop(self.cache.get_many, keys)
+
+    async def _put(self, scores: dict[str, float]) -> None:
+        if isinstance(self.cache, AsyncGradeCache):
+            await self.cache.aput_many(scores)
+        else:
+            await off_loop(self.cache.put_many, scores)

@@ -30,10 +30,9 @@ class LexicalEvaluator:
     lies in another passage (a multi-hop question). Chunks are never compared with each
     other, so when none is about the question every score stays low.
 
-    On the top-5 chunks of the shared dev sets, with half the gold passages removed from
-    the index, ROC AUC against "is the gold passage": squad 0.916, popqa 0.998, hotpotqa
-    0.891 (without the named-document credit: 0.916, 0.998, 0.858; exact terms only: 0.908,
-    0.998, 0.848); other candidates were weaker (`python benchmarks/evaluator.py`).
+    Each part was kept because it raised the ROC AUC against "is the gold passage" on the
+    top-5 chunks of the shared dev sets, half their gold passages removed; other candidates
+    were weaker (`python benchmarks/evaluator.py`; figures in docs/measured.md).
 
     Args:
         stats: document frequencies of the corpus, for IDF weights.
