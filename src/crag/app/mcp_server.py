@@ -29,7 +29,7 @@ from workflows.errors import WorkflowTimeoutError
 from crag.app.mcp_engine import KEEP_TRACES, Engine, manifest
 from crag.errors import CragError, redact
 
-if TYPE_CHECKING:  # crag.events and crag.trace import llama-index (a second): in the loading thread
+if TYPE_CHECKING:  # crag.events and crag.trace import llama-index, most of the start-up: loader thread
     from llama_index.core.schema import NodeWithScore
 
     from crag.events import CragResult, Grade
