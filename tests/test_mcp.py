@@ -45,6 +45,7 @@ async def test_over_stdio_ask_answers_with_citations_and_reports_progress(
 
     params = crag_mcp(sample_index_dir, tmp_path, "--web-corpus", str(SAMPLES / "web.jsonl"))
     async with Client(params) as client:
+        assert client.server_info is not None and client.server_info.name == "crag"
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert {"ask", "search"} <= set(tools) and "ingest" not in tools  # no writing unless asked
         assert tools["ask"].output_schema is not None and tools["search"].output_schema is not None

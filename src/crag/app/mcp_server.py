@@ -83,6 +83,7 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
     the manifest and trace resources."""
     server = MCPServer(
         "crag",
+        version=_version(),
         instructions="Answers questions from the user's indexed documents, with [n] citations; "
         "falls back to web search when the documents do not answer.",
         log_level="WARNING",  # stderr stays quiet: for a stdio client it is the server's log
@@ -138,6 +139,15 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
 
         add_ingest_tool(server, engine)
     return server
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("crag")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return ""
 
 
 @contextmanager
