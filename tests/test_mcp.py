@@ -140,8 +140,14 @@ async def test_over_http_ask_works_with_the_api_key(served: str) -> None:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
     async with http, Client(streamable_http_client(f"{served}/mcp", http_client=http)) as client:
         assert "ingest" not in {t.name for t in (await client.list_tools()).tools}
-        result = await client.call_tool("ask", {"question": ANSWERED})
+        steps: list[str | None] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            steps.append(message)
+
+        result = await client.call_tool("ask", {"question": ANSWERED}, progress_callback=on_progress)
         assert not result.is_error and "12-year" in result.structured_content["answer"]
         assert result.structured_content["sources"]
+        assert "retrieve started" in steps  # progress comes through the server's middleware too
         manifest = json.loads((await client.read_resource("crag://index/manifest")).contents[0].text)
         assert manifest["chunks"] == 4
