@@ -38,7 +38,9 @@ class WordLlamaEmbedding(BaseEmbedding):
         """Unit-length float32 vectors, one row per text."""
         if not texts:
             return np.zeros((0, 256), dtype=np.float32)
-        return np.asarray(self._load().embed(texts, norm=True), dtype=np.float32)
+        # Batches of 16: each holds a (texts, tokens, 256) float32 array in memory while it is
+        # pooled; wordllama's 64 made that the peak of ingesting a long file.
+        return np.asarray(self._load().embed(texts, norm=True, batch_size=16), dtype=np.float32)
 
     def _get_query_embedding(self, query: str) -> list[float]:
         return self.embed_many([query])[0].tolist()
