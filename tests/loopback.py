@@ -323,15 +323,17 @@ def openai_chat(
             return content
         model = body.get("model", "unknown")
         if body.get("stream"):
-            return stream_chunks(content, model=model, prompt_text=prompt)
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return stream_chunks(content, model=model, prompt_text=prompt, usage=usage)
         return Reply(200, chat_completion(content, model=model, prompt_text=prompt))
 
     return handle
 
 
-def stream_chunks(content: str, *, model: str, prompt_text: str = "") -> Reply:
+def stream_chunks(content: str, *, model: str, prompt_text: str = "", usage: bool = True) -> Reply:
     """`content` as OpenAI streams it: a role chunk, a chunk per word (with the space before
-    it), a finish chunk and a usage chunk, then `data: [DONE]`; sent in one body."""
+    it), a finish chunk and, when asked (`stream_options.include_usage`), a usage chunk, then
+    `data: [DONE]`; sent in one body."""
     whole = chat_completion(content, model=model, prompt_text=prompt_text)
     head = {k: whole[k] for k in ("id", "created", "model", "system_fingerprint")} | {"object": "chat.completion.chunk"}
 
@@ -340,7 +342,7 @@ def stream_chunks(content: str, *, model: str, prompt_text: str = "") -> Reply:
 
     pieces = re.findall(r"\s*\S+", content) or [content]
     events = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": p}) for p in pieces),
-              chunk({}, "stop"), {**head, "choices": [], "usage": whole["usage"]}]
+              chunk({}, "stop"), *([{**head, "choices": [], "usage": whole["usage"]}] if usage else [])]
     text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
     return Reply(200, text, headers={"Content-Type": "text/event-stream"})
 

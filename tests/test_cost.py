@@ -276,3 +276,20 @@ async def test_a_hanging_speculative_step_does_not_hold_a_ready_answer(
     result = await workflow.run(query="What warranty does Lumen give on the Helio H10?")
     assert result.verdict.value == "correct" and "12-year" in result.answer
     assert any("still calling the model" in note for note in result.trace.notes)
+
+
+def test_a_streamed_answer_is_counted_from_the_usage_the_server_reports_at_its_end(
+    own_sample_index_dir: Path,
+) -> None:
+    def model(prompt: str) -> str:
+        return "9" if _is_grading(prompt) else "It carries a 12-year warranty [1]."
+
+    with LoopbackServer(openai_chat(model)) as server:
+        settings = Settings.load(env={"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": "sk-test"},
+                                 index={"path": own_sample_index_dir}, cache={"enabled": False})
+        result = crag.build_workflow(settings).ask("What warranty does Lumen give on the Helio H10?")
+    requests = server.requests_to("/chat/completions")
+    (streamed,) = [r for r in requests if (r.json or {}).get("stream")]
+    assert streamed.json["stream_options"] == {"include_usage": True}
+    assert result.cost.per_step["synthesize"].calls == 1 and not result.cost.estimated
+    assert result.cost.tokens_in == sum(max(1, len(message_text(r).split())) for r in requests)

@@ -150,6 +150,9 @@ class _CheckedReplies:
         import httpx
         import openai
 
+        # Ask for the usage chunk at the stream's end: without it OpenAI reports no tokens for a
+        # streamed call, and the run's cost would have to count them itself.
+        kwargs.setdefault("stream_options", {"include_usage": True})
         limit = self._in_flight()
         await limit.acquire()
         try:
