@@ -40,7 +40,7 @@ def documents(name: str) -> list:
 def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     index = tmp_path_factory.mktemp("documents") / "index"
     report = crag.ingest([GOOD], index)
-    assert report.files_read == 5 and not report.skipped
+    assert report.files_read == 6 and not report.skipped
     return index
 
 
@@ -98,6 +98,26 @@ def test_a_notebook_is_one_document_per_cell_numbered_as_in_jupyter() -> None:
     assert cells[1].metadata["cell_type"] == "code" and "import statistics" in cells[1].text
 
 
+def test_an_epub_is_one_document_per_chapter_titled_by_its_table_of_contents_or_heading() -> None:
+    chapters = documents("book.epub")
+    # The nav document titles chapter 1, the NCX chapter 2; chapter 3 has only its <h1>.
+    assert [d.metadata["section"] for d in chapters] == ["Getting started", "Charge cycles", "Recycling"]
+    assert chapters[1].text == "The Helio H10 keeps 80 percent of its capacity after 6,000 cycles."
+    assert {d.metadata["title"] for d in chapters} == {"Living with the Helio H10"}  # dc:title
+
+
+def test_an_epub_whose_table_of_contents_is_not_xml_keeps_the_chapters_headings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(DATA))
+    import make_fixtures
+
+    book = tmp_path / "book.epub"
+    book.write_bytes(make_fixtures.epub({"OEBPS/nav.xhtml": "<html><p>&nbsp;<br></html>",
+                                         "OEBPS/toc.ncx": "not xml"}))
+    assert [d.metadata["section"] for d in read_documents(book)] == ["Welcome", "Cycles", "Recycling"]
+
+
 def test_a_table_is_cut_into_groups_of_rows_each_starting_with_the_header_line() -> None:
     groups = documents("sites.csv")
     assert len(groups) > 1
@@ -110,7 +130,7 @@ def test_a_table_is_cut_into_groups_of_rows_each_starting_with_the_header_line()
 def test_every_chunk_carries_its_place_which_is_kept_out_of_the_text_a_model_reads(index_dir: Path) -> None:
     chunks = crag.ChunkIndex.load(index_dir).nodes
     by_file = {n.metadata["file_name"] for n in chunks}
-    assert by_file == {"handbook.pdf", "installer.docx", "launch.pptx", "notebook.ipynb", "sites.csv"}
+    assert by_file == {"book.epub", "handbook.pdf", "installer.docx", "launch.pptx", "notebook.ipynb", "sites.csv"}
     table = [n for n in chunks if n.metadata["file_name"] == "sites.csv"]
     assert all(n.get_content().startswith("site,city") for n in table)  # no group was cut in two
     from llama_index.core.schema import MetadataMode
@@ -135,8 +155,10 @@ def test_every_chunk_carries_its_place_which_is_kept_out_of_the_text_a_model_rea
         ("What was the median battery temperature over the year?",
          {"file": "notebook.ipynb", "cell": 4}, "notebook.ipynb, cell 4"),
         ("Which site is in Zwolle?", {"file": "sites.csv", "rows": "2-22"}, "sites.csv, rows 2-22"),
+        ("How much capacity does the Helio H10 keep after 6,000 cycles?",
+         {"file": "book.epub", "section": "Charge cycles"}, "book.epub (Charge cycles)"),
     ],
-    ids=["pdf", "docx", "pptx", "ipynb", "csv"],
+    ids=["pdf", "docx", "pptx", "ipynb", "csv", "epub"],
 )
 def test_an_answer_cites_the_page_section_slide_cell_or_rows_it_came_from(
     capsys: pytest.CaptureFixture[str], index_dir: Path, question: str, fields: dict, citation: str
@@ -157,6 +179,9 @@ REASONS = {
     "not-a-zip.docx": "not-a-zip.docx is not a Word document (not a zip archive",
     "broken.ipynb": "broken.ipynb is not a readable notebook (broken JSON at line",
     "mixed.csv": "mixed.csv is not UTF-8 text (byte 0xe1 on line 3",
+    "not-a-zip.epub": "not-a-zip.epub is not an EPUB (not a zip archive",
+    "no-package.epub": "no-package.epub is a zip archive but not a readable EPUB (its package file "
+                       "OEBPS/missing.opf is missing)",
 }
 
 
@@ -172,9 +197,9 @@ def test_each_bad_file_is_one_line_with_its_reason_and_every_other_file_goes_in(
     assert len(lines) == len(REASONS) and "Traceback" not in captured.err
     for name, reason in REASONS.items():
         assert sum(reason in line and line.startswith("crag: skipped: ") for line in lines) == 1, name
-    assert captured.out.startswith("5 file(s) read, 0 unchanged, 7 skipped, ")
+    assert captured.out.startswith("6 file(s) read, 0 unchanged, 9 skipped, ")
     files = {n.metadata["file_name"] for n in crag.ChunkIndex.load(tmp_path / "index").nodes}
-    assert files == {"handbook.pdf", "installer.docx", "launch.pptx", "notebook.ipynb", "sites.csv"}
+    assert files == {"book.epub", "handbook.pdf", "installer.docx", "launch.pptx", "notebook.ipynb", "sites.csv"}
 
 
 @pytest.mark.parametrize("name", sorted(REASONS))

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
-from html.parser import HTMLParser
 from pathlib import Path
 
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
 from crag.ingestion.formats.docx import read_docx
+from crag.ingestion.formats.epub import read_epub
+from crag.ingestion.formats.html import html_text
 from crag.ingestion.formats.notebook import read_notebook
 from crag.ingestion.formats.pdf import read_pdf
 from crag.ingestion.formats.slides import read_slides
@@ -31,13 +32,14 @@ READERS: dict[str, Reader] = {
     **dict.fromkeys((".txt", ".md", ".markdown", ".html", ".htm", ".jsonl"), _read_text),
     ".pdf": read_pdf,
     ".docx": read_docx,
+    ".epub": read_epub,
     ".pptx": read_slides,
     ".ipynb": read_notebook,
     ".csv": read_table,
     ".tsv": read_table,
 }
 SUPPORTED = tuple(READERS)
-KINDS = ".txt, .md, .html, .jsonl, .pdf, .docx, .pptx, .ipynb, .csv or .tsv"
+KINDS = ".txt, .md, .html, .jsonl, .pdf, .docx, .epub, .pptx, .ipynb, .csv or .tsv"
 """The supported types, as a sentence names them."""
 
 
@@ -129,7 +131,7 @@ def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
         return
     title = path.stem
     if suffix in (".html", ".htm"):
-        title, text = _html_text(text)
+        title, text, _ = html_text(text)
         title = title or path.stem
     if text.strip():
         yield Document(text=text, id_=str(path), metadata={"title": title, "file": str(path)})
@@ -201,44 +203,3 @@ def _jsonl_documents(path: Path, text: str) -> Iterator[Document]:
         if record.get("url"):
             metadata["url"] = str(record["url"])
         yield Document(text=body, id_=doc_id, metadata=metadata)
-
-
-class _TextExtractor(HTMLParser):
-    _SKIP = {"script", "style", "noscript", "template"}
-    _BLOCK = {"p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "section", "article"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self.title = ""
-        self._skipping = 0
-        self._in_title = False
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        if tag in self._SKIP:
-            self._skipping += 1
-        elif tag == "title":
-            self._in_title = True
-        elif tag in self._BLOCK:
-            self.parts.append("\n\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self._SKIP:
-            self._skipping = max(0, self._skipping - 1)
-        elif tag == "title":
-            self._in_title = False
-        elif tag in self._BLOCK:
-            self.parts.append("\n\n")
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-        elif not self._skipping:
-            self.parts.append(data)
-
-
-def _html_text(html: str) -> tuple[str, str]:
-    parser = _TextExtractor()
-    parser.feed(html)
-    parser.close()
-    return parser.title.strip(), "".join(parser.parts)
