@@ -286,3 +286,62 @@ def test_any_damage_to_a_document_is_documents_or_one_ingest_error(
             assert document.text.strip() and document.metadata["file_name"] == path.name
     except crag.IngestError as exc:
         assert "damaged" in str(exc) and "\n" not in str(exc)
+
+
+# --- documents from llama-index readers -----------------------------------------------------------
+
+
+def test_documents_from_simple_directory_reader_are_cited_by_file_and_not_embedded_twice(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from llama_index.core import SimpleDirectoryReader
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "valve.txt").write_text("The Zorblat valve opens at 7 bar of pressure.\n")
+    (folder / "pump.md").write_text("# Pump\n\nThe Quenta pump moves 40 litres a minute.\n")
+    index = tmp_path / "index"
+
+    def load() -> list:
+        return SimpleDirectoryReader(str(folder), filename_as_id=True).load_data()
+
+    report = crag.ingest(documents=load(), index_dir=index)
+    assert (report.documents, report.documents_unchanged) == (2, 0) and report.chunks_added >= 2
+    source = ask(capsys, index, "At what pressure does the Zorblat valve open?")["sources"][0]
+    assert source["file"] == "valve.txt" and source["page"] is None
+    again = crag.ingest(documents=load(), index_dir=index)  # new objects, same ids and text
+    assert (again.documents, again.documents_unchanged, again.chunks_added) == (0, 2, 0)
+    (folder / "pump.md").write_text("# Pump\n\nThe Quenta pump moves 55 litres a minute.\n")
+    changed = crag.ingest(documents=load(), index_dir=index)
+    assert (changed.documents, changed.documents_unchanged) == (1, 1)
+    texts = [n.get_content() for n in crag.ChunkIndex.load(index).nodes]
+    assert any("55 litres" in t for t in texts) and not any("40 litres" in t for t in texts)
+
+
+def test_a_documents_page_label_is_its_cited_page_beside_files_crag_reads_itself(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from llama_index.core.schema import Document
+
+    page = Document(text="The Brimble relay trips after 30 milliseconds of overload.", id_="report.pdf_part_2",
+                    metadata={"file_path": "/reports/report.pdf", "page_label": "3"})
+    index = tmp_path / "index"
+    report = crag.ingest([GOOD / "notebook.ipynb"], index, documents=[page])
+    assert (report.files_read, report.documents) == (1, 4)  # three notebook cells and the page
+    assert page.metadata == {"file_path": "/reports/report.pdf", "page_label": "3"}  # left as it was
+    source = ask(capsys, index, "After how long does the Brimble relay trip?")["sources"][0]
+    assert (source["file"], source["page"]) == ("report.pdf", "3")
+    assert main(["ask", "After how long does the Brimble relay trip?", "--index", str(index), "--quiet"]) == 0
+    assert "[1] internal: report.pdf, p. 3\n" in capsys.readouterr().out
+    chunk = next(n for n in crag.ChunkIndex.load(index).nodes if n.ref_doc_id == "report.pdf_part_2")
+    from llama_index.core.schema import MetadataMode
+
+    assert "/reports" not in chunk.get_content(MetadataMode.EMBED)
+
+
+def test_documents_that_are_not_documents_or_nothing_at_all_are_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(crag.IngestError, match="documents= takes llama-index Document objects, not str"):
+        crag.ingest(documents=["just text"], index_dir=tmp_path / "index")
+    with pytest.raises(crag.IngestError, match="Nothing to ingest"):
+        crag.ingest(index_dir=tmp_path / "index")
+    assert not (tmp_path / "index").exists()

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-_HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 
 
 class _TextExtractor(HTMLParser):
-    _SKIP = {"script", "style", "noscript", "template"}
-    _BLOCK = {"p", "div", "br", "li", "tr", "section", "article", *_HEADINGS}
+    _SKIP = frozenset({"script", "style", "noscript", "template"})
+    _BLOCK = frozenset({"p", "div", "br", "li", "tr", "section", "article", *_HEADINGS})
 
     def __init__(self) -> None:
         super().__init__()
