@@ -345,3 +345,80 @@ def test_documents_that_are_not_documents_or_nothing_at_all_are_one_clear_error(
     with pytest.raises(crag.IngestError, match="Nothing to ingest"):
         crag.ingest(index_dir=tmp_path / "index")
     assert not (tmp_path / "index").exists()
+
+
+# --- readers named in crag.toml -----------------------------------------------------------------
+
+LOG_READER = '''
+from pathlib import Path
+from llama_index.core.schema import Document
+
+def read_log(path: Path):
+    for line in path.read_text().splitlines():
+        if "ERROR" in line:
+            yield Document(text=line.split("ERROR", 1)[1].strip(), metadata={"section": "errors"})
+
+def read_all(path: Path) -> str:
+    return path.read_text()
+
+def broken(path: Path):
+    raise ValueError("cannot parse line 3")
+'''
+
+
+@pytest.fixture
+def log_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "myreaders.py").write_text(LOG_READER)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "app.log").write_text("INFO started\nERROR The Wumble cache overflowed at 3 gigabytes.\n")
+    return folder
+
+
+def test_a_reader_named_in_crag_toml_reads_its_suffix_and_is_cited_like_the_others(
+    capsys: pytest.CaptureFixture[str], log_folder: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "crag.toml").write_text('[ingest]\nreaders = { ".log" = "myreaders:read_log" }\n')
+    index = tmp_path / "index"
+    assert main(["ingest", str(log_folder), "--index", str(index), "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("1 file(s) read, 0 unchanged, ")
+    source = ask(capsys, index, "How big was the Wumble cache when it overflowed?")["sources"][0]
+    assert (source["file"], source["section"]) == ("app.log", "errors")
+    texts = [n.get_content() for n in crag.ChunkIndex.load(index).nodes]
+    assert not any("started" in t for t in texts)  # only what the reader gave
+
+
+def test_a_python_reader_may_give_text_and_one_that_fails_is_a_skipped_file(
+    log_folder: Path, tmp_path: Path
+) -> None:
+    report = crag.ingest([log_folder], tmp_path / "a", readers={".log": "myreaders:read_all"})
+    assert report.documents == 1
+    import myreaders
+
+    with pytest.raises(crag.IngestError, match=r"app.log: the reader .*broken failed \(ValueError: cannot parse line 3\)"):
+        crag.ingest([log_folder], tmp_path / "b", readers={".log": myreaders.broken})
+
+
+@pytest.mark.parametrize(("target", "reason"), [
+    ("nosuchpackage.logs:read", r'ingest.readers: "\.log" = "nosuchpackage.logs:read": cannot import nosuchpackage.logs'),
+    ("myreaders:missing", r'ingest.readers: "\.log" = "myreaders:missing": myreaders has no missing'),
+])
+def test_a_reader_that_cannot_be_imported_is_a_config_error_naming_it(
+    capsys: pytest.CaptureFixture[str], log_folder: Path, tmp_path: Path, target: str, reason: str
+) -> None:
+    with pytest.raises(crag.ConfigError, match=reason):
+        crag.ingest([log_folder], tmp_path / "index", readers={".log": target})
+    (tmp_path / "crag.toml").write_text(f'[ingest]\nreaders = {{ ".log" = "{target}" }}\n')
+    assert main(["ingest", str(log_folder), "--index", str(tmp_path / "index"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crag: error: ") and err.count("\n") == 1 and target in err
+    assert not (tmp_path / "index").exists()
+
+
+def test_a_reader_setting_that_is_not_module_colon_function_is_refused_when_read(tmp_path: Path) -> None:
+    with pytest.raises(crag.ConfigError, match='write the reader as \\\\"module:function\\\\"|module:function'):
+        crag.Settings.load(None, env={}, ingest={"readers": {".log": "myreaders.read_log"}})
+    with pytest.raises(crag.ConfigError, match="is not a file suffix"):
+        crag.Settings.load(None, env={}, ingest={"readers": {"log": "m:f"}})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from crag.index.store import (
     load_format1,
     writer_lock,
 )
+from crag.ingestion.custom import Reader, UserReader, load_readers
 from crag.ingestion.formats import LOCATION_KEYS
 from crag.ingestion.given import fingerprint, manifest_key, prepare
 from crag.ingestion.readers import KINDS, find_files, read_bytes, read_documents
@@ -66,6 +67,7 @@ def ingest(
     index_dir: str | Path = DEFAULT_INDEX,
     *,
     documents: Iterable[Document] | None = None,
+    readers: Mapping[str, str | UserReader] | None = None,
     embed_model: WordLlamaEmbedding | None = None,
     chunk_size: int = 256,
     chunk_overlap: int = 32,
@@ -97,6 +99,10 @@ def ingest(
     their `page_label` is cited as the page and `file_name` (or `file_path`) as the file, and
     one whose id, text and place the index already holds is not embedded again. Their ids
     must be stable across runs (SimpleDirectoryReader: `filename_as_id=True`).
+
+    `readers` maps more suffixes to readers ("module:function", or the function itself),
+    which take a file's Path and give Documents or text; a target that cannot be imported
+    is a `ConfigError` before anything is read.
     """
     if not paths and documents is None:
         raise IngestError("Nothing to ingest: give paths, or documents=[...].")
@@ -105,11 +111,12 @@ def ingest(
         raise ConfigError(
             f"index.chunk_overlap ({chunk_overlap}) must be smaller than index.chunk_size ({chunk_size})."
         )
+    extra = load_readers(readers or {})
     check_index_folder(index_dir)  # before the work, not after it
     created = not index_dir.exists()
     try:
         with writer_lock(index_dir):
-            return _ingest(list(paths or []), index_dir, given=documents, embed_model=embed_model, chunk_size=chunk_size,
+            return _ingest(list(paths or []), index_dir, given=documents, readers=extra, embed_model=embed_model, chunk_size=chunk_size,
                            chunk_overlap=chunk_overlap, progress=progress, node_parser=node_parser,
                            chunker=chunker, summarize=summarize, vector_store=vector_store)
     finally:
@@ -123,6 +130,7 @@ def _ingest(
     index_dir: Path,
     *,
     given: Iterable[Document] | None,
+    readers: dict[str, Reader],
     embed_model: WordLlamaEmbedding | None,
     chunk_size: int,
     chunk_overlap: int,
@@ -145,7 +153,7 @@ def _ingest(
     if node_parser is None:
         node_parser = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunker = chunker or f"sentence:{chunk_size}:{chunk_overlap}"
-    files = find_files([Path(p) for p in paths])
+    files = find_files([Path(p) for p in paths], readers)
     given_documents = prepare(given or [])  # before anything is read: a bad one fails the call
     if len(index) and index.chunker != chunker:
         # Chunks cut two ways would not mix: cut every file again, those ingested before too.
@@ -157,7 +165,8 @@ def _ingest(
         # generation 1 again (which may be the live collection, written under the old index).
         index.vectors = live_vectors
     if not files and given is None:
-        raise IngestError(f"No {KINDS} files found in {', '.join(map(str, paths))}.")
+        kinds = KINDS if not readers else f"{KINDS.replace(' or ', ', ')}, {', '.join(readers)}"
+        raise IngestError(f"No {kinds} files found in {', '.join(map(str, paths))}.")
 
     report = IngestReport()
     unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
@@ -184,7 +193,7 @@ def _ingest(
                 if progress:
                     progress("read", number, len(files))
                 continue
-            docs = list(read_documents(file, data))
+            docs = list(read_documents(file, data, readers))
         except IngestError as exc:  # this file is left out; the others still go in
             report.skipped.append(str(exc))
             if progress:

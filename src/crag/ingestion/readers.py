@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from llama_index.core.schema import Document
@@ -43,21 +43,23 @@ KINDS = ".txt, .md, .html, .jsonl, .pdf, .docx, .epub, .pptx, .ipynb, .csv or .t
 """The supported types, as a sentence names them."""
 
 
-def find_files(paths: list[Path]) -> list[Path]:
-    """Every supported file under `paths`, sorted; a missing path is an error."""
+def find_files(paths: list[Path], extra: Collection[str] = ()) -> list[Path]:
+    """Every supported file under `paths` (the `extra` suffixes too), sorted; a missing path is
+    an error."""
+    supported = (*SUPPORTED, *extra)
     found: list[Path] = []
     for path in paths:
         if not path.exists():
             raise IngestError(f"{path} does not exist.")
         if path.is_dir():
-            found.extend(p for p in sorted(path.rglob("*")) if p.suffix.lower() in SUPPORTED and p.is_file())
+            found.extend(p for p in sorted(path.rglob("*")) if p.suffix.lower() in supported and p.is_file())
         elif not path.is_file():  # a FIFO or a device: reading it could wait forever
             raise IngestError(f"{path} is not a regular file (a pipe or a device); "
                               "give files or folders.")
-        elif path.suffix.lower() in SUPPORTED:
+        elif path.suffix.lower() in supported:
             found.append(path)
         else:
-            raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(SUPPORTED)}.")
+            raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(supported)}.")
     for path in found:
         try:
             str(path.resolve()).encode("utf-8")  # it becomes the documents' id, written as UTF-8
@@ -84,11 +86,14 @@ def read_bytes(path: Path) -> bytes:
         raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
 
 
-def read_documents(path: Path, data: bytes | None = None) -> Iterator[Document]:
+def read_documents(
+    path: Path, data: bytes | None = None, readers: Mapping[str, Reader] | None = None
+) -> Iterator[Document]:
     """Documents in one file (its bytes `data` when already read): one per file, section, page,
     slide, cell, group of rows or line of a .jsonl corpus, by type; a paragraph longer than
-    PARAGRAPH_LIMIT is cut into shorter ones (text within the limit is unchanged)."""
-    reader = READERS.get(path.suffix.lower())
+    PARAGRAPH_LIMIT is cut into shorter ones (text within the limit is unchanged). `readers`
+    adds to or replaces the built-in ones, by suffix."""
+    reader = (readers or {}).get(path.suffix.lower()) or READERS.get(path.suffix.lower())
     if reader is None:
         raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(SUPPORTED)}.")
     for document in reader(path, read_bytes(path) if data is None else data):
