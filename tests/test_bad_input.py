@@ -127,7 +127,7 @@ def test_files_without_text_are_an_error_not_an_empty_index(
 def test_an_empty_folder_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     message = fails(capsys, "ingest", str(tmp_path / "empty"), "--index", str(tmp_path / "index"))
-    assert "No .txt, .md, .html, .jsonl, .pdf, .docx, .pptx, .ipynb, .csv or .tsv files found in" in message
+    assert "No .txt, .md, .html, .jsonl, .pdf, .docx, .epub, .pptx, .ipynb, .csv or .tsv files found in" in message
 
 
 def test_a_chunk_overlap_not_smaller_than_the_chunk_size_is_a_settings_error(

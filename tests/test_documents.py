@@ -40,7 +40,7 @@ def documents(name: str) -> list:
 def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     index = tmp_path_factory.mktemp("documents") / "index"
     report = crag.ingest([GOOD], index)
-    assert report.files_read == 5 and not report.skipped
+    assert report.files_read == 6 and not report.skipped
     return index
 
 
@@ -98,6 +98,26 @@ def test_a_notebook_is_one_document_per_cell_numbered_as_in_jupyter() -> None:
     assert cells[1].metadata["cell_type"] == "code" and "import statistics" in cells[1].text
 
 
+def test_an_epub_is_one_document_per_chapter_titled_by_its_table_of_contents_or_heading() -> None:
+    chapters = documents("book.epub")
+    # The nav document titles chapter 1, the NCX chapter 2; chapter 3 has only its <h1>.
+    assert [d.metadata["section"] for d in chapters] == ["Getting started", "Charge cycles", "Recycling"]
+    assert chapters[1].text == "The Helio H10 keeps 80 percent of its capacity after 6,000 cycles."
+    assert {d.metadata["title"] for d in chapters} == {"Living with the Helio H10"}  # dc:title
+
+
+def test_an_epub_whose_table_of_contents_is_not_xml_keeps_the_chapters_headings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(DATA))
+    import make_fixtures
+
+    book = tmp_path / "book.epub"
+    book.write_bytes(make_fixtures.epub({"OEBPS/nav.xhtml": "<html><p>&nbsp;<br></html>",
+                                         "OEBPS/toc.ncx": "not xml"}))
+    assert [d.metadata["section"] for d in read_documents(book)] == ["Welcome", "Cycles", "Recycling"]
+
+
 def test_a_table_is_cut_into_groups_of_rows_each_starting_with_the_header_line() -> None:
     groups = documents("sites.csv")
     assert len(groups) > 1
@@ -110,7 +130,7 @@ def test_a_table_is_cut_into_groups_of_rows_each_starting_with_the_header_line()
 def test_every_chunk_carries_its_place_which_is_kept_out_of_the_text_a_model_reads(index_dir: Path) -> None:
     chunks = crag.ChunkIndex.load(index_dir).nodes
     by_file = {n.metadata["file_name"] for n in chunks}
-    assert by_file == {"handbook.pdf", "installer.docx", "launch.pptx", "notebook.ipynb", "sites.csv"}
+    assert by_file == {"book.epub", "handbook.pdf", "installer.docx", "launch.pptx", "notebook.ipynb", "sites.csv"}
     table = [n for n in chunks if n.metadata["file_name"] == "sites.csv"]
     assert all(n.get_content().startswith("site,city") for n in table)  # no group was cut in two
     from llama_index.core.schema import MetadataMode
@@ -135,8 +155,10 @@ def test_every_chunk_carries_its_place_which_is_kept_out_of_the_text_a_model_rea
         ("What was the median battery temperature over the year?",
          {"file": "notebook.ipynb", "cell": 4}, "notebook.ipynb, cell 4"),
         ("Which site is in Zwolle?", {"file": "sites.csv", "rows": "2-22"}, "sites.csv, rows 2-22"),
+        ("How much capacity does the Helio H10 keep after 6,000 cycles?",
+         {"file": "book.epub", "section": "Charge cycles"}, "book.epub (Charge cycles)"),
     ],
-    ids=["pdf", "docx", "pptx", "ipynb", "csv"],
+    ids=["pdf", "docx", "pptx", "ipynb", "csv", "epub"],
 )
 def test_an_answer_cites_the_page_section_slide_cell_or_rows_it_came_from(
     capsys: pytest.CaptureFixture[str], index_dir: Path, question: str, fields: dict, citation: str
@@ -157,6 +179,9 @@ REASONS = {
     "not-a-zip.docx": "not-a-zip.docx is not a Word document (not a zip archive",
     "broken.ipynb": "broken.ipynb is not a readable notebook (broken JSON at line",
     "mixed.csv": "mixed.csv is not UTF-8 text (byte 0xe1 on line 3",
+    "not-a-zip.epub": "not-a-zip.epub is not an EPUB (not a zip archive",
+    "no-package.epub": "no-package.epub is a zip archive but not a readable EPUB (its package file "
+                       "OEBPS/missing.opf is missing)",
 }
 
 
@@ -172,9 +197,9 @@ def test_each_bad_file_is_one_line_with_its_reason_and_every_other_file_goes_in(
     assert len(lines) == len(REASONS) and "Traceback" not in captured.err
     for name, reason in REASONS.items():
         assert sum(reason in line and line.startswith("crag: skipped: ") for line in lines) == 1, name
-    assert captured.out.startswith("5 file(s) read, 0 unchanged, 7 skipped, ")
+    assert captured.out.startswith("6 file(s) read, 0 unchanged, 9 skipped, ")
     files = {n.metadata["file_name"] for n in crag.ChunkIndex.load(tmp_path / "index").nodes}
-    assert files == {"handbook.pdf", "installer.docx", "launch.pptx", "notebook.ipynb", "sites.csv"}
+    assert files == {"book.epub", "handbook.pdf", "installer.docx", "launch.pptx", "notebook.ipynb", "sites.csv"}
 
 
 @pytest.mark.parametrize("name", sorted(REASONS))
@@ -261,3 +286,139 @@ def test_any_damage_to_a_document_is_documents_or_one_ingest_error(
             assert document.text.strip() and document.metadata["file_name"] == path.name
     except crag.IngestError as exc:
         assert "damaged" in str(exc) and "\n" not in str(exc)
+
+
+# --- documents from llama-index readers -----------------------------------------------------------
+
+
+def test_documents_from_simple_directory_reader_are_cited_by_file_and_not_embedded_twice(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from llama_index.core import SimpleDirectoryReader
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "valve.txt").write_text("The Zorblat valve opens at 7 bar of pressure.\n")
+    (folder / "pump.md").write_text("# Pump\n\nThe Quenta pump moves 40 litres a minute.\n")
+    index = tmp_path / "index"
+
+    def load() -> list:
+        return SimpleDirectoryReader(str(folder), filename_as_id=True).load_data()
+
+    report = crag.ingest(documents=load(), index_dir=index)
+    assert (report.documents, report.documents_unchanged) == (2, 0) and report.chunks_added >= 2
+    source = ask(capsys, index, "At what pressure does the Zorblat valve open?")["sources"][0]
+    assert source["file"] == "valve.txt" and source["page"] is None
+    again = crag.ingest(documents=load(), index_dir=index)  # new objects, same ids and text
+    assert (again.documents, again.documents_unchanged, again.chunks_added) == (0, 2, 0)
+    (folder / "pump.md").write_text("# Pump\n\nThe Quenta pump moves 55 litres a minute.\n")
+    changed = crag.ingest(documents=load(), index_dir=index)
+    assert (changed.documents, changed.documents_unchanged) == (1, 1)
+    texts = [n.get_content() for n in crag.ChunkIndex.load(index).nodes]
+    assert any("55 litres" in t for t in texts) and not any("40 litres" in t for t in texts)
+
+
+def test_a_documents_page_label_is_its_cited_page_beside_files_crag_reads_itself(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from llama_index.core.schema import Document
+
+    page = Document(text="The Brimble relay trips after 30 milliseconds of overload.", id_="report.pdf_part_2",
+                    metadata={"file_path": "/reports/report.pdf", "page_label": "3"})
+    index = tmp_path / "index"
+    report = crag.ingest([GOOD / "notebook.ipynb"], index, documents=[page])
+    assert (report.files_read, report.documents) == (1, 4)  # three notebook cells and the page
+    assert page.metadata == {"file_path": "/reports/report.pdf", "page_label": "3"}  # left as it was
+    source = ask(capsys, index, "After how long does the Brimble relay trip?")["sources"][0]
+    assert (source["file"], source["page"]) == ("report.pdf", "3")
+    assert main(["ask", "After how long does the Brimble relay trip?", "--index", str(index), "--quiet"]) == 0
+    assert "[1] internal: report.pdf, p. 3\n" in capsys.readouterr().out
+    chunk = next(n for n in crag.ChunkIndex.load(index).nodes if n.ref_doc_id == "report.pdf_part_2")
+    from llama_index.core.schema import MetadataMode
+
+    assert "/reports" not in chunk.get_content(MetadataMode.EMBED)
+
+
+def test_documents_that_are_not_documents_or_nothing_at_all_are_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(crag.IngestError, match="documents= takes llama-index Document objects, not str"):
+        crag.ingest(documents=["just text"], index_dir=tmp_path / "index")
+    with pytest.raises(crag.IngestError, match="Nothing to ingest"):
+        crag.ingest(index_dir=tmp_path / "index")
+    assert not (tmp_path / "index").exists()
+
+
+# --- readers named in crag.toml -----------------------------------------------------------------
+
+LOG_READER = '''
+from pathlib import Path
+from llama_index.core.schema import Document
+
+def read_log(path: Path):
+    for line in path.read_text().splitlines():
+        if "ERROR" in line:
+            yield Document(text=line.split("ERROR", 1)[1].strip(), metadata={"section": "errors"})
+
+def read_all(path: Path) -> str:
+    return path.read_text()
+
+def broken(path: Path):
+    raise ValueError("cannot parse line 3")
+'''
+
+
+@pytest.fixture
+def log_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "myreaders.py").write_text(LOG_READER)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "app.log").write_text("INFO started\nERROR The Wumble cache overflowed at 3 gigabytes.\n")
+    return folder
+
+
+def test_a_reader_named_in_crag_toml_reads_its_suffix_and_is_cited_like_the_others(
+    capsys: pytest.CaptureFixture[str], log_folder: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "crag.toml").write_text('[ingest]\nreaders = { ".log" = "myreaders:read_log" }\n')
+    index = tmp_path / "index"
+    assert main(["ingest", str(log_folder), "--index", str(index), "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("1 file(s) read, 0 unchanged, ")
+    source = ask(capsys, index, "How big was the Wumble cache when it overflowed?")["sources"][0]
+    assert (source["file"], source["section"]) == ("app.log", "errors")
+    texts = [n.get_content() for n in crag.ChunkIndex.load(index).nodes]
+    assert not any("started" in t for t in texts)  # only what the reader gave
+
+
+def test_a_python_reader_may_give_text_and_one_that_fails_is_a_skipped_file(
+    log_folder: Path, tmp_path: Path
+) -> None:
+    report = crag.ingest([log_folder], tmp_path / "a", readers={".log": "myreaders:read_all"})
+    assert report.documents == 1
+    import myreaders
+
+    with pytest.raises(crag.IngestError, match=r"app.log: the reader .*broken failed \(ValueError: cannot parse line 3\)"):
+        crag.ingest([log_folder], tmp_path / "b", readers={".log": myreaders.broken})
+
+
+@pytest.mark.parametrize(("target", "reason"), [
+    ("nosuchpackage.logs:read", r'ingest.readers: "\.log" = "nosuchpackage.logs:read": cannot import nosuchpackage.logs'),
+    ("myreaders:missing", r'ingest.readers: "\.log" = "myreaders:missing": myreaders has no missing'),
+])
+def test_a_reader_that_cannot_be_imported_is_a_config_error_naming_it(
+    capsys: pytest.CaptureFixture[str], log_folder: Path, tmp_path: Path, target: str, reason: str
+) -> None:
+    with pytest.raises(crag.ConfigError, match=reason):
+        crag.ingest([log_folder], tmp_path / "index", readers={".log": target})
+    (tmp_path / "crag.toml").write_text(f'[ingest]\nreaders = {{ ".log" = "{target}" }}\n')
+    assert main(["ingest", str(log_folder), "--index", str(tmp_path / "index"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crag: error: ") and err.count("\n") == 1 and target in err
+    assert not (tmp_path / "index").exists()
+
+
+def test_a_reader_setting_that_is_not_module_colon_function_is_refused_when_read(tmp_path: Path) -> None:
+    with pytest.raises(crag.ConfigError, match='write the reader as \\\\"module:function\\\\"|module:function'):
+        crag.Settings.load(None, env={}, ingest={"readers": {".log": "myreaders.read_log"}})
+    with pytest.raises(crag.ConfigError, match="is not a file suffix"):
+        crag.Settings.load(None, env={}, ingest={"readers": {"log": "m:f"}})

@@ -259,10 +259,32 @@ class ServerSettings(_Section):
     )
 
 
+class IngestSettings(_Section):
+    """`crag ingest`: readers for more file types."""
+
+    readers: dict[str, str] = Field(
+        default_factory=dict,
+        description='Suffix -> "module:function" of a reader for it, e.g. { ".log" = "mypkg.logs:read" }: '
+        "the function takes a file's Path and returns or yields Documents or text.",
+    )
+
+    @field_validator("readers")
+    @classmethod
+    def _reader_paths(cls, readers: dict[str, str]) -> dict[str, str]:
+        for suffix, target in readers.items():
+            if not suffix.startswith(".") or len(suffix) < 2 or "/" in suffix:
+                raise ValueError(f"{suffix!r} is not a file suffix; write it as \".log\"")
+            module, _, name = target.partition(":")
+            if not module or not name:
+                raise ValueError(f"{suffix} = {target!r}: write the reader as \"module:function\"")
+        return {suffix.lower(): target for suffix, target in readers.items()}
+
+
 class Settings(_Section):
     """Every setting crag reads, grouped by the component it configures."""
 
     index: IndexSettings = IndexSettings()
+    ingest: IngestSettings = IngestSettings()
     retriever: RetrieverSettings = RetrieverSettings()
     vector_store: VectorStoreSettings = VectorStoreSettings()
     postprocess: PostprocessSettings = PostprocessSettings()

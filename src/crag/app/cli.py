@@ -203,6 +203,7 @@ def _ingest(args: argparse.Namespace) -> int:
             chunker=chunker,
             summarize=summarize,
             vector_store=settings.vector_store,
+            readers=settings.ingest.readers,
         )
     for reason in report.skipped:
         _say(f"crag: skipped: {reason}")

@@ -109,5 +109,6 @@ def _ingest_and_reload(settings: Settings, paths: list[Path], progress: _Progres
         chunker=chunker,
         summarize=summarize,
         vector_store=settings.vector_store,
+        readers=settings.ingest.readers,
     )
     return report, build_workflow(settings)

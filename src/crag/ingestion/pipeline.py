@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,7 +11,7 @@ import numpy as np
 from llama_index.core.node_parser import NodeParser, SentenceSplitter
 from llama_index.core.schema import Document
 
-from crag.config import VectorStoreSettings
+from crag.config import IndexSettings, VectorStoreSettings
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
 from crag.index.store import (
     POINTER,
@@ -21,7 +21,9 @@ from crag.index.store import (
     load_format1,
     writer_lock,
 )
+from crag.ingestion.custom import Reader, UserReader, load_readers
 from crag.ingestion.formats import LOCATION_KEYS
+from crag.ingestion.given import fingerprint, manifest_key, prepare
 from crag.ingestion.readers import KINDS, find_files, read_bytes, read_documents
 from crag.models import WordLlamaEmbedding
 from crag.text import SPANS_KEY, sentence_spans
@@ -29,11 +31,13 @@ from crag.text import SPANS_KEY, sentence_spans
 
 @dataclass
 class IngestReport:
-    """What one ingest did: files read, unchanged and skipped (each with its one-line reason)."""
+    """What one ingest did: files read, unchanged and skipped (each with its one-line reason);
+    `documents` counts the documents read (from files, or given and changed)."""
 
     files_read: int = 0
     files_unchanged: int = 0
     documents: int = 0
+    documents_unchanged: int = 0  # given documents whose text and place the index already holds
     chunks_added: int = 0
     chunks_total: int = 0
     skipped: list[str] = field(default_factory=list)
@@ -48,6 +52,9 @@ class IngestReport:
 HIDDEN_KEYS = ("file", "doc_id", *(k for k in LOCATION_KEYS if k != "section"), "cell_type")
 
 
+DEFAULT_INDEX = IndexSettings().path  # where `crag ingest` writes without a crag.toml
+
+
 ProgressCallback = Callable[[str, int, int], None]
 """`progress(stage, done, total)`: stage "read" counts files (unchanged ones too), "embed" chunks;
 each stage starts with done=0."""
@@ -56,9 +63,11 @@ Summarizer = Callable[[list[Document]], dict[str, str]]
 
 
 def ingest(
-    paths: list[str | Path],
-    index_dir: str | Path,
+    paths: Sequence[str | Path] | None = None,
+    index_dir: str | Path = DEFAULT_INDEX,
     *,
+    documents: Iterable[Document] | None = None,
+    readers: Mapping[str, str | UserReader] | None = None,
     embed_model: WordLlamaEmbedding | None = None,
     chunk_size: int = 256,
     chunk_overlap: int = 32,
@@ -68,7 +77,8 @@ def ingest(
     summarize: Summarizer | None = None,
     vector_store: VectorStoreSettings | None = None,
 ) -> IngestReport:
-    """Add files to the index at `index_dir`, re-reading only files that changed.
+    """Add files, and llama-index `documents`, to the index at `index_dir`, re-reading only
+    files that changed.
 
     A file whose size, modification time and content hash match the manifest is
     skipped entirely; a changed file replaces every chunk it produced before. A file that
@@ -84,17 +94,29 @@ def ingest(
 
     One ingest at a time writes an index folder: a second one fails at once (`IngestError`).
     An index written by an earlier crag (format 1) is upgraded, even when no file changed.
+
+    `documents` (from SimpleDirectoryReader or a LlamaHub reader) go in beside the files:
+    their `page_label` is cited as the page and `file_name` (or `file_path`) as the file, and
+    one whose id, text and place the index already holds is not embedded again. Their ids
+    must be stable across runs (SimpleDirectoryReader: `filename_as_id=True`).
+
+    `readers` maps more suffixes to readers ("module:function", or the function itself),
+    which take a file's Path and give Documents or text; a target that cannot be imported
+    is a `ConfigError` before anything is read.
     """
+    if not paths and documents is None:
+        raise IngestError("Nothing to ingest: give paths, or documents=[...].")
     index_dir = Path(index_dir)
     if chunk_overlap >= chunk_size:
         raise ConfigError(
             f"index.chunk_overlap ({chunk_overlap}) must be smaller than index.chunk_size ({chunk_size})."
         )
+    extra = load_readers(readers or {})
     check_index_folder(index_dir)  # before the work, not after it
     created = not index_dir.exists()
     try:
         with writer_lock(index_dir):
-            return _ingest(paths, index_dir, embed_model=embed_model, chunk_size=chunk_size,
+            return _ingest(list(paths or []), index_dir, given=documents, readers=extra, embed_model=embed_model, chunk_size=chunk_size,
                            chunk_overlap=chunk_overlap, progress=progress, node_parser=node_parser,
                            chunker=chunker, summarize=summarize, vector_store=vector_store)
     finally:
@@ -107,6 +129,8 @@ def _ingest(
     paths: list[str | Path],
     index_dir: Path,
     *,
+    given: Iterable[Document] | None,
+    readers: dict[str, Reader],
     embed_model: WordLlamaEmbedding | None,
     chunk_size: int,
     chunk_overlap: int,
@@ -129,7 +153,8 @@ def _ingest(
     if node_parser is None:
         node_parser = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunker = chunker or f"sentence:{chunk_size}:{chunk_overlap}"
-    files = find_files([Path(p) for p in paths])
+    files = find_files([Path(p) for p in paths], readers)
+    given_documents = prepare(given or [])  # before anything is read: a bad one fails the call
     if len(index) and index.chunker != chunker:
         # Chunks cut two ways would not mix: cut every file again, those ingested before too.
         earlier = [Path(k) for k in index.manifest if Path(k).is_file()]
@@ -139,8 +164,9 @@ def _ingest(
         # The new version still starts from the live store: a server's next generation, not
         # generation 1 again (which may be the live collection, written under the old index).
         index.vectors = live_vectors
-    if not files:
-        raise IngestError(f"No {KINDS} files found in {', '.join(map(str, paths))}.")
+    if not files and given is None:
+        kinds = KINDS if not readers else f"{KINDS.replace(' or ', ', ')}, {', '.join(readers)}"
+        raise IngestError(f"No {kinds} files found in {', '.join(map(str, paths))}.")
 
     report = IngestReport()
     unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
@@ -167,7 +193,7 @@ def _ingest(
                 if progress:
                     progress("read", number, len(files))
                 continue
-            docs = list(read_documents(file, data))
+            docs = list(read_documents(file, data, readers))
         except IngestError as exc:  # this file is left out; the others still go in
             report.skipped.append(str(exc))
             if progress:
@@ -186,8 +212,20 @@ def _ingest(
         if progress:
             progress("read", number, len(files))
 
+    for doc in given_documents:
+        key, entry = manifest_key(doc.doc_id), fingerprint(doc)
+        old = None if key in unsummarized else index.manifest.get(key)
+        if old and old.get("sha256") == entry["sha256"]:
+            report.documents_unchanged += 1
+            continue
+        doc.metadata["file"] = key  # its chunks are replaced when it changes, as a file's are
+        doc.excluded_embed_metadata_keys = sorted({*doc.excluded_embed_metadata_keys, *HIDDEN_KEYS})
+        doc.excluded_llm_metadata_keys = sorted({*doc.excluded_llm_metadata_keys, *HIDDEN_KEYS})
+        documents.append(doc)
+        changed[key] = entry
+
     report.documents = len(documents)
-    if report.skipped and not changed and not report.files_unchanged:
+    if report.skipped and not changed and not report.files_unchanged and not report.documents_unchanged:
         raise IngestError(_nothing_read(report.skipped))
     if not changed:
         if upgrade:

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
-from html.parser import HTMLParser
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
 from crag.ingestion.formats.docx import read_docx
+from crag.ingestion.formats.epub import read_epub
+from crag.ingestion.formats.html import html_text
 from crag.ingestion.formats.notebook import read_notebook
 from crag.ingestion.formats.pdf import read_pdf
 from crag.ingestion.formats.slides import read_slides
@@ -31,31 +32,34 @@ READERS: dict[str, Reader] = {
     **dict.fromkeys((".txt", ".md", ".markdown", ".html", ".htm", ".jsonl"), _read_text),
     ".pdf": read_pdf,
     ".docx": read_docx,
+    ".epub": read_epub,
     ".pptx": read_slides,
     ".ipynb": read_notebook,
     ".csv": read_table,
     ".tsv": read_table,
 }
 SUPPORTED = tuple(READERS)
-KINDS = ".txt, .md, .html, .jsonl, .pdf, .docx, .pptx, .ipynb, .csv or .tsv"
+KINDS = ".txt, .md, .html, .jsonl, .pdf, .docx, .epub, .pptx, .ipynb, .csv or .tsv"
 """The supported types, as a sentence names them."""
 
 
-def find_files(paths: list[Path]) -> list[Path]:
-    """Every supported file under `paths`, sorted; a missing path is an error."""
+def find_files(paths: list[Path], extra: Collection[str] = ()) -> list[Path]:
+    """Every supported file under `paths` (the `extra` suffixes too), sorted; a missing path is
+    an error."""
+    supported = (*SUPPORTED, *extra)
     found: list[Path] = []
     for path in paths:
         if not path.exists():
             raise IngestError(f"{path} does not exist.")
         if path.is_dir():
-            found.extend(p for p in sorted(path.rglob("*")) if p.suffix.lower() in SUPPORTED and p.is_file())
+            found.extend(p for p in sorted(path.rglob("*")) if p.suffix.lower() in supported and p.is_file())
         elif not path.is_file():  # a FIFO or a device: reading it could wait forever
             raise IngestError(f"{path} is not a regular file (a pipe or a device); "
                               "give files or folders.")
-        elif path.suffix.lower() in SUPPORTED:
+        elif path.suffix.lower() in supported:
             found.append(path)
         else:
-            raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(SUPPORTED)}.")
+            raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(supported)}.")
     for path in found:
         try:
             str(path.resolve()).encode("utf-8")  # it becomes the documents' id, written as UTF-8
@@ -82,11 +86,14 @@ def read_bytes(path: Path) -> bytes:
         raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
 
 
-def read_documents(path: Path, data: bytes | None = None) -> Iterator[Document]:
+def read_documents(
+    path: Path, data: bytes | None = None, readers: Mapping[str, Reader] | None = None
+) -> Iterator[Document]:
     """Documents in one file (its bytes `data` when already read): one per file, section, page,
     slide, cell, group of rows or line of a .jsonl corpus, by type; a paragraph longer than
-    PARAGRAPH_LIMIT is cut into shorter ones (text within the limit is unchanged)."""
-    reader = READERS.get(path.suffix.lower())
+    PARAGRAPH_LIMIT is cut into shorter ones (text within the limit is unchanged). `readers`
+    adds to or replaces the built-in ones, by suffix."""
+    reader = (readers or {}).get(path.suffix.lower()) or READERS.get(path.suffix.lower())
     if reader is None:
         raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(SUPPORTED)}.")
     for document in reader(path, read_bytes(path) if data is None else data):
@@ -129,7 +136,7 @@ def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
         return
     title = path.stem
     if suffix in (".html", ".htm"):
-        title, text = _html_text(text)
+        title, text, _ = html_text(text)
         title = title or path.stem
     if text.strip():
         yield Document(text=text, id_=str(path), metadata={"title": title, "file": str(path)})
@@ -201,44 +208,3 @@ def _jsonl_documents(path: Path, text: str) -> Iterator[Document]:
         if record.get("url"):
             metadata["url"] = str(record["url"])
         yield Document(text=body, id_=doc_id, metadata=metadata)
-
-
-class _TextExtractor(HTMLParser):
-    _SKIP = {"script", "style", "noscript", "template"}
-    _BLOCK = {"p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "section", "article"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self.title = ""
-        self._skipping = 0
-        self._in_title = False
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        if tag in self._SKIP:
-            self._skipping += 1
-        elif tag == "title":
-            self._in_title = True
-        elif tag in self._BLOCK:
-            self.parts.append("\n\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self._SKIP:
-            self._skipping = max(0, self._skipping - 1)
-        elif tag == "title":
-            self._in_title = False
-        elif tag in self._BLOCK:
-            self.parts.append("\n\n")
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-        elif not self._skipping:
-            self.parts.append(data)
-
-
-def _html_text(html: str) -> tuple[str, str]:
-    parser = _TextExtractor()
-    parser.feed(html)
-    parser.close()
-    return parser.title.strip(), "".join(parser.parts)

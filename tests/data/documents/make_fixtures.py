@@ -2,7 +2,7 @@
 
 The PDFs are written by hand (a few objects and Helvetica, which every reader knows), so no
 drawing library is needed; pypdf encrypts one, python-docx and python-pptx (the test extra)
-write the Office files. The output is committed: CI only reads it.
+write the Office files, zipfile the EPUB. The output is committed: CI only reads it.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -139,6 +140,59 @@ def table() -> str:
     return "\n".join(lines) + "\n"
 
 
+CHAPTERS = [  # (file, heading, text): the first two are titled by the book's TOC, the third by its <h1>
+    ("intro.xhtml", "Welcome", "This book explains how the Helio H10 ages."),
+    ("cycles.xhtml", "Cycles", "The Helio H10 keeps 80 percent of its capacity after 6,000 cycles."),
+    ("recycling.xhtml", "Recycling", "Return a worn Helio H10 to any Lumen Energy dealer."),
+]
+
+
+def epub_container(package: str) -> str:
+    """META-INF/container.xml naming the book's package file."""
+    return ('<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:'
+            f'xmlns:container"><rootfiles><rootfile full-path="{package}" '
+            'media-type="application/oebps-package+xml"/></rootfiles></container>')
+
+
+def epub(files: dict[str, str] | None = None) -> bytes:
+    """An EPUB 3 book: the nav document titles chapter 1, the EPUB 2 NCX chapter 2, and
+    chapter 3 only has its heading; `files` replaces or adds members."""
+    page = ('<?xml version="1.0" encoding="utf-8"?>\n<html xmlns="http://www.w3.org/1999/xhtml">'
+            "<head><title>{title}</title></head><body>{body}</body></html>")
+    members = {
+        "META-INF/container.xml": epub_container("OEBPS/content.opf"),
+        "OEBPS/content.opf": (
+            '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0">'
+            '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>Living with the '
+            "Helio H10</dc:title></metadata><manifest>"
+            '<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>'
+            '<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/>'
+            + "".join(f'<item id="c{n}" href="text/{name}" media-type="application/xhtml+xml"/>'
+                      for n, (name, _, _) in enumerate(CHAPTERS, start=1))
+            + '</manifest><spine toc="ncx"><itemref idref="nav"/>'
+            + "".join(f'<itemref idref="c{n}"/>' for n in range(1, len(CHAPTERS) + 1))
+            + "</spine></package>"),
+        "OEBPS/nav.xhtml": page.format(title="Contents", body=(
+            '<nav xmlns:epub="http://www.idpf.org/2007/ops" epub:type="toc"><ol>'
+            '<li><a href="text/intro.xhtml">Getting started</a></li></ol></nav>')),
+        "OEBPS/toc.ncx": (
+            '<?xml version="1.0"?><ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1">'
+            '<navMap><navPoint id="p2"><navLabel><text>Charge cycles</text></navLabel>'
+            '<content src="text/cycles.xhtml#start"/></navPoint></navMap></ncx>'),
+        **{f"OEBPS/text/{name}": page.format(title=heading, body=f"<h1>{heading}</h1><p>{text}</p>")
+           for name, heading, text in CHAPTERS},
+        **(files or {}),
+    }
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr(zipfile.ZipInfo("mimetype", (2026, 1, 1, 0, 0, 0)), "application/epub+zip")
+        for name, text in members.items():
+            info = zipfile.ZipInfo(name, (2026, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, text)
+    return out.getvalue()
+
+
 def datasheet() -> bytes:
     """The sample's PDF, for the README's walk-through: a fact the Markdown handbook lacks."""
     pages = [["Helio H10 datasheet", "Lumen Energy, 2024 edition.",
@@ -160,6 +214,9 @@ def main() -> None:
         "bad/empty.pdf": b"",
         "bad/not-a-zip.docx": b"This is a plain text file renamed to .docx.\n",
         "bad/broken.ipynb": notebook().encode()[:-40],
+        "good/book.epub": epub(),
+        "bad/not-a-zip.epub": b"This is a plain text file renamed to .epub.\n",
+        "bad/no-package.epub": epub({"META-INF/container.xml": epub_container("OEBPS/missing.opf")}),
         "bad/mixed.csv": "city,note\nZ\u00fcrich,fine\n".encode() + "M\u00e1laga,caf\u00e9\n".encode("latin-1"),
     }
     for name, data in files.items():
