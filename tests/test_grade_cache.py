@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,18 @@ def test_a_cache_that_cannot_be_opened_is_switched_off_not_raised(
         assert cache.get_many([grade_key(**BASE)]) == {}
     assert not cache.enabled
     assert "grading goes on without it" in caplog.text
+
+
+def test_a_cache_busy_past_its_timeout_misses_and_stays_on(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite"
+    GradeCache(path).put_many({"k": 0.5})
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process's long write
+    try:
+        busy = GradeCache(path, timeout=0.05)
+        assert busy.get_many(["k"]) == {}
+        assert busy.enabled, "a busy cache is not a broken one"
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert busy.get_many(["k"]) == {"k": 0.5}

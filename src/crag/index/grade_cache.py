@@ -136,7 +136,7 @@ class GradeCache:
                     (count - self.max_entries,),
                 )
 
-        self._transaction(write)
+        self._transaction(write, patient=True)
 
     def clear(self) -> int:
         """Forget every grade; the number forgotten."""
@@ -145,7 +145,7 @@ class GradeCache:
         def wipe(db: sqlite3.Connection) -> None:
             removed[0] = db.execute("DELETE FROM grades").rowcount
 
-        self._transaction(wipe)
+        self._transaction(wipe, patient=True)
         return removed[0]
 
     def stats(self) -> CacheStats:
@@ -178,7 +178,9 @@ class GradeCache:
             self._local.db = db
         return db
 
-    def _transaction(self, work) -> None:  # noqa: ANN001 - a function of one connection
+    def _transaction(self, work, *, patient: bool = False) -> None:  # noqa: ANN001 - a function of one connection
+        """Run `work` in one write transaction. Busy past the timeout (another process): a read
+        misses at once; a `patient` write tries once more, then is dropped. The cache stays on."""
         for attempt in range(2):
             try:
                 db = self._connect()
@@ -189,6 +191,18 @@ class GradeCache:
                     db.execute("ROLLBACK")
                     raise
                 db.execute("COMMIT")
+                return
+            except sqlite3.OperationalError as exc:
+                if _is_busy(exc):
+                    self.close()
+                    if patient and attempt == 0:
+                        continue
+                    log.debug("grade cache %s busy: %s", self.path, exc)
+                    return
+                self.close()
+                if attempt == 0 and _is_corruption(exc) and self._set_aside(exc):
+                    continue
+                self._switch_off(exc)
                 return
             except sqlite3.DatabaseError as exc:
                 self.close()
@@ -221,6 +235,11 @@ class GradeCache:
             self.enabled = False
             log.warning("grade cache %s cannot be used (%s): grading goes on without it",
                         self.path, exc)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """The database was locked by another connection for longer than the timeout."""
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
