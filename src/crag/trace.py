@@ -11,6 +11,7 @@ each step sets while it runs; asyncio tasks inherit it, so concurrent calls coun
 from __future__ import annotations
 
 import contextvars
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -93,6 +94,12 @@ class StripLine(BaseModel):
     url: str | None = None
 
 
+def file_id(key: str) -> str:
+    """A file's id from its key in the index's manifest (its absolute path): what a link names,
+    without showing where the file lives."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 class Location(BaseModel):
     """Where a chunk sits in the file it came from, read from its metadata: the file's name and
     the page, slide, notebook cell, table rows or section that hold it, where they apply."""
@@ -103,6 +110,8 @@ class Location(BaseModel):
     cell: int | None = Field(default=None, description="A notebook cell's 1-based number.")
     rows: str | None = Field(default=None, description='A table\'s line numbers, "2-40".')
     section: str | None = Field(default=None, description="The heading path, 'Setup / Wiring'.")
+    file_id: str | None = Field(
+        default=None, description="The file's id in the index (`crag serve` serves it at /files/ID).")
 
     @staticmethod
     def fields(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -111,6 +120,8 @@ class Location(BaseModel):
                  if metadata.get(key) not in (None, "")}
         if metadata.get("file_name"):
             found["file"] = metadata["file_name"]
+            if metadata.get("file"):  # the file's manifest key: the path, never shown
+                found["file_id"] = file_id(metadata["file"])
         if "page" in found:
             found["page"] = str(found["page"])
         return found

@@ -7,11 +7,12 @@ No scripts: the grades are an inline SVG, the citations are in-page links.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from html import escape
 
 from crag.app.render.layout import MONO
 from crag.cost import CostRecord
-from crag.trace import Explanation, GradeLine, StripLine
+from crag.trace import Explanation, GradeLine, SourceLine, StripLine
 
 ZONE = {"upper": "#15803d", "between": "#d97706", "below": "#b91c1c"}  # a grade bar's colour
 CSS = """\
@@ -67,15 +68,25 @@ def grades_svg(ex: Explanation, width: int = 560) -> str:
     return "\n".join([*parts, "</svg>"])
 
 
-def explanation_html(ex: Explanation, cost: CostRecord | None = None) -> str:
+FileLink = Callable[[SourceLine], "str | None"]  # a cited document's address, or None
+
+
+def file_page_link(source: SourceLine) -> str | None:
+    """`crag serve`'s address of a cited file, at its page (`#page=N`, which PDF viewers open)."""
+    if not source.file_id:
+        return None
+    return f"/files/{source.file_id}" + (f"#page={source.page}" if source.page else "")
+
+
+def explanation_html(ex: Explanation, cost: CostRecord | None = None, link: FileLink | None = None) -> str:
     """The why of one run, for the live page (an HTML fragment): `why_html`, then `strips_html`,
     then what was worked around and what the model cost (its budget's note included)."""
     notes = "".join(f'<p class="degraded">⚠ {escape(line)}</p>' for line in ex.degraded)
     spent = f'<p class="cost">{escape(cost.line())}</p>' if cost is not None and (cost.calls or cost.cache_hits) else ""
-    return why_html(ex) + strips_html(ex) + notes + spent
+    return why_html(ex, link) + strips_html(ex) + notes + spent
 
 
-def why_html(ex: Explanation) -> str:
+def why_html(ex: Explanation, link: FileLink | None = None) -> str:
     """The verdict rule in one sentence, the grades against the thresholds, and the answer with
     its citations linked to its sources (an HTML fragment)."""
     numbers = {s.number for s in ex.sources}
@@ -85,10 +96,15 @@ def why_html(ex: Explanation) -> str:
         return f'<a href="#crag-source-{n}">[{n}]</a>' if n in numbers else match.group(0)
 
     answer = re.sub(r"\[(\d+)\]", cite, escape(ex.answer))
+    def where(s: SourceLine) -> str:
+        if s.url:
+            return f'<a href="{escape(s.url)}">{escape(s.title or s.url)}</a>'
+        name = escape(s.citation() or s.title or s.id)
+        href = link(s) if link is not None else None
+        return f'<a class="crag-file" href="{escape(href)}">{name}</a>' if href else name
+
     sources = "".join(
-        f'<li id="crag-source-{s.number}" value="{s.number}">{escape(s.kind)}: '
-        + (f'<a href="{escape(s.url)}">{escape(s.title or s.url)}</a>' if s.url
-           else escape(s.citation() or s.title or s.id)) + "</li>"
+        f'<li id="crag-source-{s.number}" value="{s.number}">{escape(s.kind)}: {where(s)}</li>'
         for s in ex.sources)
     web = ""
     if ex.rewritten_query:

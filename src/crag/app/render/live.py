@@ -232,6 +232,16 @@ SCRIPT = r"""
       ul.append(li);
     }
   }
+  $("result").addEventListener("click", async (event) => {  // a cited document, at its page
+    const a = event.target.closest("a.crag-file");
+    if (!a || !sessionStorage.getItem(KEY)) return;  // no key: the plain link works
+    event.preventDefault();
+    const [path, page] = a.getAttribute("href").split("#");
+    const reply = await api(path);
+    if (!reply.ok) { say(`the server answered ${reply.status}`, true); return; }
+    const blob = new Blob([await reply.arrayBuffer()], { type: reply.headers.get("content-type") || "" });
+    window.open(URL.createObjectURL(blob) + (page ? `#${page}` : ""), "_blank");
+  });
   $("ask-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const q = $("question").value.trim();

@@ -15,7 +15,7 @@ from workflows import Workflow
 from workflows.representation import WorkflowGraph
 
 from crag.app.render.explain import CSS as EXPLAIN_CSS
-from crag.app.render.explain import strips_html, why_html
+from crag.app.render.explain import FileLink, strips_html, why_html
 from crag.app.render.layout import MONO, graph_of, layout
 from crag.app.render.svg import MARK, Highlight, about, page, svg, text
 from crag.errors import TraceError
@@ -173,15 +173,17 @@ def _timeline_rows(trace: RunTrace) -> list[tuple[StepRecord, str]]:
 
 
 def trace_html(
-    workflow: Workflow | type[Workflow], trace: RunTrace, *, title: str = "crag run"
+    workflow: Workflow | type[Workflow], trace: RunTrace, *, title: str = "crag run", link: FileLink | None = None
 ) -> str:
     """A complete offline HTML page of one run: why its verdict (grades against the thresholds,
     the rule, the strips kept and dropped, the answer and its sources), its path on the graph,
-    times and calls."""
-    return page(title, trace_body(workflow, trace, title=title), CSS + EXPLAIN_CSS)
+    times and calls. `link` gives a cited document's address (`crag serve`'s: the file at its page)."""
+    return page(title, trace_body(workflow, trace, title=title, link=link), CSS + EXPLAIN_CSS)
 
 
-def trace_body(workflow: Workflow | type[Workflow], trace: RunTrace, *, title: str = "crag run") -> str:
+def trace_body(
+    workflow: Workflow | type[Workflow], trace: RunTrace, *, title: str = "crag run", link: FileLink | None = None
+) -> str:
     """`trace_html`'s page content, without the page around it."""
     graph = graph_of(workflow)
     notes, hl = run_path(graph, trace)
@@ -202,7 +204,7 @@ def trace_body(workflow: Workflow | type[Workflow], trace: RunTrace, *, title: s
     verdict = escape(trace.verdict or "none")
     badge = f'<span class="verdict" style="background:{colour}">{verdict}</span>'
     ex = trace.explanation
-    why, strips = (why_html(ex), strips_html(ex)) if ex is not None else ("", "")
+    why, strips = (why_html(ex, link), strips_html(ex)) if ex is not None else ("", "")
     return f"""<h1>{escape(title)}</h1>
 <p class="query">“{escape(trace.query)}”</p>
 <p class="facts">{badge} {facts}</p>

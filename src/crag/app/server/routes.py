@@ -13,8 +13,9 @@ from starlette.routing import Route
 from workflows import Workflow
 
 from crag.app.render import trace_html
-from crag.app.render.explain import explanation_html
+from crag.app.render.explain import explanation_html, file_page_link
 from crag.app.render.live import live_html
+from crag.app.server.files import files_route
 from crag.app.server.listing import handlers_route
 from crag.events import CragResult
 from crag.index import ChunkIndex
@@ -31,7 +32,8 @@ def crag_routes(
 ) -> list[Route]:
     """`GET /health`, `GET /` (the live page), `GET /handlers/{handler_id}/trace`,
     `GET /handlers/{handler_id}/explanation` (the why of a finished run, an HTML fragment) and
-    `GET /handlers` a page at a time (listing.py)."""
+    `GET /handlers` a page at a time (listing.py), and `GET /files/{file_id}`, a document the
+    index lists, for citations to open (files.py)."""
     live = live_html(workflow)  # the same for every request: drawn once
 
     async def health(request: Request) -> JSONResponse:
@@ -84,7 +86,7 @@ def crag_routes(
         if isinstance(result, JSONResponse):
             return result
         title = f"crag run {request.path_params['handler_id']}"
-        return HTMLResponse(trace_html(workflow, result.trace, title=title))
+        return HTMLResponse(trace_html(workflow, result.trace, title=title, link=file_page_link))
 
     async def explanation(request: Request) -> Response:
         """The why of a finished run, for the live page: an HTML fragment."""
@@ -93,7 +95,7 @@ def crag_routes(
             return result
         if result.trace.explanation is None:
             return JSONResponse({"detail": "This run recorded no explanation."}, status_code=404)
-        return HTMLResponse(explanation_html(result.trace.explanation, result.cost))
+        return HTMLResponse(explanation_html(result.trace.explanation, result.cost, link=file_page_link))
 
     return [
         Route("/health", health, methods=["GET"]),
@@ -101,4 +103,5 @@ def crag_routes(
         Route("/handlers/{handler_id}/trace", trace_page, methods=["GET"]),
         Route("/handlers/{handler_id}/explanation", explanation, methods=["GET"]),
         handlers_route(store),
+        *([files_route(index.path)] if index.path is not None else []),
     ]
