@@ -178,33 +178,11 @@ def _settings(args: argparse.Namespace, **overrides: dict[str, Any]) -> Settings
 
 def _ingest(args: argparse.Namespace) -> int:
     from crag.app.progress import ingest_progress
-    from crag.index.store import recorded_chunker
-    from crag.ingestion import ingest
-    from crag.ingestion.chunkers import keep_recorded_chunker, node_parser_for
+    from crag.ingestion.configured import ingest_with_settings
 
     settings = _settings(args)
-    settings = keep_recorded_chunker(settings, recorded_chunker(settings.index.path))
-    node_parser, chunker = node_parser_for(settings)
     with nullcontext(None) if args.quiet else ingest_progress() as progress:
-        if hasattr(node_parser, "progress"):  # the agentic chunker counts documents as it goes
-            node_parser.progress = progress
-        summarize = None
-        if settings.index.summaries:
-            from crag.ingestion.summaries import summarizer_for
-
-            summarize = summarizer_for(settings, progress)  # a model's summaries take a while
-        report = ingest(
-            args.paths,
-            settings.index.path,
-            chunk_size=settings.index.chunk_size,
-            chunk_overlap=settings.index.chunk_overlap,
-            progress=progress,
-            node_parser=node_parser,
-            chunker=chunker,
-            summarize=summarize,
-            vector_store=settings.vector_store,
-            readers=settings.ingest.readers,
-        )
+        report = ingest_with_settings(args.paths, settings, progress)
     for reason in report.skipped:
         _say(f"crag: skipped: {reason}")
     skipped = f", {report.files_skipped} skipped" if report.skipped else ""

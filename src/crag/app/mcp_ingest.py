@@ -87,28 +87,8 @@ class _Progress:
 
 def _ingest_and_reload(settings: Settings, paths: list[Path], progress: _Progress) -> tuple:
     """Ingest as `crag ingest` does (keeping the index's chunker), then load what it wrote."""
-    from crag.index.store import recorded_chunker
-    from crag.ingestion import ingest
-    from crag.ingestion.chunkers import keep_recorded_chunker, node_parser_for
+    from crag.ingestion.configured import ingest_with_settings
     from crag.workflows.factory import build_workflow
 
-    settings = keep_recorded_chunker(settings, recorded_chunker(settings.index.path))
-    node_parser, chunker = node_parser_for(settings)
-    summarize = None
-    if settings.index.summaries:
-        from crag.ingestion.summaries import summarizer_for
-
-        summarize = summarizer_for(settings, progress)
-    report: IngestReport = ingest(
-        paths,
-        settings.index.path,
-        chunk_size=settings.index.chunk_size,
-        chunk_overlap=settings.index.chunk_overlap,
-        progress=progress,
-        node_parser=node_parser,
-        chunker=chunker,
-        summarize=summarize,
-        vector_store=settings.vector_store,
-        readers=settings.ingest.readers,
-    )
+    report: IngestReport = ingest_with_settings(paths, settings, progress)
     return report, build_workflow(settings)
