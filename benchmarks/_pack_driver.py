@@ -100,20 +100,39 @@ class FakeChatLLM(CustomLLM):
         return str(messages[-1].content or "") if messages else ""
 
     @staticmethod
-    def _chat_response(text: str) -> ChatResponse:
-        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text))
+    def _chat_response(text: str, prompt: str = "") -> ChatResponse:
+        # Token counts as an OpenAI-compatible server reports them (here: words), so that
+        # neither side has to count tokens itself.
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), additional_kwargs=usage)
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         self._calls += 1
         time.sleep(self.latency)
-        return self._chat_response(reply_for(self._last_text(messages)))
+        return self._chat_response(reply_for(self._last_text(messages)), self._last_text(messages))
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         self._calls += 1
         await asyncio.sleep(self.latency)
-        return self._chat_response(reply_for(self._last_text(messages)))
+        return self._chat_response(reply_for(self._last_text(messages)), self._last_text(messages))
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
+        """The reply as one chunk after `latency`, awaited as a network client streams (CustomLLM's
+        own would run the sync `chat`, whose `time.sleep` blocks the event loop)."""
+        self._calls += 1
+        await asyncio.sleep(self.latency)
+        text = reply_for(self._last_text(messages))
+
+        async def chunks() -> Any:
+            response = self._chat_response(text, self._last_text(messages))
+            response.delta = text
+            yield response
+
+        return chunks()
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
