@@ -422,3 +422,18 @@ def test_a_reader_setting_that_is_not_module_colon_function_is_refused_when_read
         crag.Settings.load(None, env={}, ingest={"readers": {".log": "myreaders.read_log"}})
     with pytest.raises(crag.ConfigError, match="is not a file suffix"):
         crag.Settings.load(None, env={}, ingest={"readers": {"log": "m:f"}})
+
+
+def test_a_pdf_outline_gives_each_page_its_heading_path(tmp_path: Path) -> None:
+    import pypdf
+
+    writer = pypdf.PdfWriter(clone_from=GOOD / "handbook.pdf")
+    setup = writer.add_outline_item("Setup", 0)
+    writer.add_outline_item("Wiring", 1, parent=setup)
+    writer.add_outline_item("Safety", 2)
+    outlined = tmp_path / "outlined.pdf"
+    with open(outlined, "wb") as f:
+        writer.write(f)
+    pages = list(read_documents(outlined))
+    assert [d.metadata.get("section") for d in pages] == ["Setup", "Setup / Wiring", "Safety"][: len(pages)]
+    assert all("section" not in d.metadata for d in documents("handbook.pdf")), "no outline, no section"

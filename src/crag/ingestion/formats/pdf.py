@@ -31,9 +31,10 @@ _DIGITS = re.compile(r"\d+")
 
 
 def read_pdf(path: Path, data: bytes) -> Iterator[Document]:
-    """One Document per page that has text; `page` is the page's label ("iv", "12")."""
+    """One Document per page that has text; `page` is the page's label ("iv", "12"), and
+    `section` the heading path the PDF's outline (its bookmarks) gives the page, where it has one."""
     require_bytes(path, data, "PDF")
-    pages, labels, title = _extract(path, data)
+    pages, labels, title, sections = _extract(path, data)
     if not any(text.strip() for text in pages):
         ocr = path.with_name(f"{path.stem}-ocr.pdf")
         raise IngestError(f"{path} has no text layer (a scanned or image-only PDF); "
@@ -44,12 +45,14 @@ def read_pdf(path: Path, data: bytes) -> Iterator[Document]:
         if not text.strip():
             continue
         metadata = {"title": title, "file_name": path.name, "page": labels[index]}
+        if sections[index]:
+            metadata["section"] = sections[index]
         yield Document(text=text.strip(), id_=doc_id(path, number), metadata=metadata)
         number += 1
 
 
-def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str]:
-    """Each page's text, each page's label, and the document's title."""
+def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str, list[str | None]]:
+    """Each page's text, each page's label, the document's title, each page's outline section."""
     import pypdf
     from pypdf.errors import DependencyError, FileNotDecryptedError
 
@@ -63,6 +66,7 @@ def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str]:
             pages = [_page_text(page) for page in reader.pages]
             labels = _labels(reader, len(pages))
             title = _title(reader) or path.stem
+            sections = _sections(reader, len(pages))
     except IngestError:
         raise
     except DependencyError:  # AES: pypdf decrypts it only with the cryptography package
@@ -76,7 +80,39 @@ def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str]:
         reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise IngestError(f"{path} is not a readable PDF (damaged or truncated: {reason}); "
                           "download or export it again.") from None
-    return pages, labels, title
+    return pages, labels, title, sections
+
+
+def _sections(reader: object, count: int) -> list[str | None]:
+    """Each page's heading path from the outline: that of the last entry starting on or before
+    the page ("Installation / Wiring"); None before the first, or without an outline."""
+    starts: list[tuple[int, str]] = []
+
+    def walk(items: list, path: list[str]) -> None:
+        last: str | None = None
+        for item in items:
+            if isinstance(item, list):  # an entry's children follow it
+                if last is not None:
+                    walk(item, [*path, last])
+                continue
+            last = " ".join(str(getattr(item, "title", "") or "").split())
+            page = reader.get_destination_page_number(item)  # type: ignore[attr-defined]
+            if last and page is not None and 0 <= page < count:
+                starts.append((page, " / ".join([*path, last])))
+
+    try:
+        walk(list(reader.outline), [])  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a broken outline leaves the pages without sections
+        return [None] * count
+    starts.sort(key=lambda start: start[0])  # stable: the outline's order within a page
+    sections: list[str | None] = []
+    current, pending = None, iter(starts)
+    upcoming = next(pending, None)
+    for page in range(count):
+        while upcoming is not None and upcoming[0] <= page:
+            current, upcoming = upcoming[1], next(pending, None)
+        sections.append(current)
+    return sections
 
 
 def _page_text(page: object) -> str:
