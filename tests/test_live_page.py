@@ -125,6 +125,10 @@ def test_an_ambiguous_run_lights_up_in_order_both_branches_at_once_then_explains
     why = page.inner_text("#result .why")
     assert why.startswith("Why: Ambiguous:") and "lower threshold 0.327" in why
     assert page.inner_text("#result .answer") == result.answer
+    # Before the explanation came, the answer grew in place, one streamed piece at a time.
+    grown = page.evaluate("window.cragLive.grown")
+    assert len(grown) >= 2 and grown[-1] == result.answer
+    assert all(later.startswith(earlier) and later != earlier for earlier, later in zip(grown, grown[1:]))
     sources = page.locator("#result .sources li")
     assert sources.count() == len(result.sources) > 0
     assert {"web", "internal"} <= {s.kind for s in result.sources}

@@ -54,7 +54,8 @@ SCRIPT = r"""
 (() => {
   const KEY = "crag-api-key";
   const $ = (id) => document.getElementById(id);
-  const live = window.cragLive = { order: [], finished: [], overlaps: [], handler: null, done: false };
+  const live = window.cragLive = { order: [], finished: [], overlaps: [], handler: null, done: false,
+                                   answer: "", grown: [] };
   const node = (id) => document.querySelector(`.live .node[data-id="${CSS.escape(id)}"]`);
   const edges = () => Array.from(document.querySelectorAll(".live path.edge"));
   const running = new Set();
@@ -104,7 +105,7 @@ SCRIPT = r"""
     });
     edges().forEach((e) => e.classList.remove("on"));
     running.clear();
-    Object.assign(live, { order: [], finished: [], overlaps: [], handler: null, done: false });
+    Object.assign(live, { order: [], finished: [], overlaps: [], handler: null, done: false, answer: "", grown: [] });
     $("result").innerHTML = "";
   }
   function onStep(ev) {
@@ -144,6 +145,16 @@ SCRIPT = r"""
       lightEdge(ev.step, out);
     }
   }
+  function onDelta(ev) {  // the answer grows in place as it is written; the explanation replaces it
+    live.answer = ev.restart ? "" : live.answer + (ev.delta || "");
+    let growing = $("growing-answer");
+    if (!growing) {
+      $("result").innerHTML = '<h2>Answer</h2><p class="answer" id="growing-answer"></p>';
+      growing = $("growing-answer");
+    }
+    growing.textContent = live.answer;
+    live.grown.push(growing.textContent);
+  }
   async function follow(handler) {
     const reply = await api(`/events/${encodeURIComponent(handler)}?sse=false&after_sequence=-1`);
     if (reply.status === 200 && reply.body) {
@@ -160,6 +171,7 @@ SCRIPT = r"""
           if (!line) continue;
           const envelope = JSON.parse(line);
           if (envelope.type === "StepProgressEvent") onStep(envelope.value);
+          if (envelope.type === "AnswerDeltaEvent") onDelta(envelope.value);
         }
       }
     }
