@@ -9,7 +9,7 @@ the record says `estimated`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -60,8 +60,8 @@ def cost_of(steps: Iterable[Any], *, price_in: float | None = None, price_out: f
             share.calls += part.llm_calls
             share.tokens_in += part.prompt_tokens
             share.tokens_out += part.completion_tokens
-            share.cache_hits += getattr(part, "cache_hits", 0)
-            share.estimated |= getattr(part, "estimated_tokens", False)
+            share.cache_hits += part.cache_hits
+            share.estimated |= part.estimated_tokens
     record.per_step = {name: s for name, s in record.per_step.items() if s.calls or s.cache_hits}
     for share in record.per_step.values():
         record.calls += share.calls
@@ -107,3 +107,20 @@ def _tokenizer():  # noqa: ANN202 - a function of a string
 def count_tokens(text: str) -> int:
     """Tokens in `text`, as OpenAI's tokenizer counts them (for servers that report none)."""
     return len(_tokenizer()(text)) if text else 0
+
+
+def call_tokens(
+    usage: Mapping[str, Any] | None, texts: Callable[[], tuple[str, str]]
+) -> tuple[int, int, bool]:
+    """One call's prompt and completion tokens: the server's `usage`, else `texts()` (the prompt
+    and the reply, read only then) counted here, with True for "estimated"."""
+    usage = usage or {}
+    if usage.get("prompt_tokens") is None and usage.get("completion_tokens") is None:
+        prompt, reply = texts()
+        return count_tokens(prompt), count_tokens(reply), True
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), False
+
+
+def messages_text(messages: Iterable[Any]) -> str:
+    """A chat call's prompt as text: its messages' contents, one after another."""
+    return "\n".join(str(m.content or "") for m in messages)

@@ -24,7 +24,7 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMCompletionEndEvent
 from pydantic import BaseModel, Field
 
-from crag.cost import count_tokens
+from crag.cost import call_tokens, messages_text
 
 E = TypeVar("E")
 
@@ -294,27 +294,18 @@ class _LLMCallCounter(BaseEventHandler):
         if record is None:
             return
         record.llm_calls += 1
-        usage = getattr(event.response, "additional_kwargs", None) or {}
-        if usage.get("prompt_tokens") is None and usage.get("completion_tokens") is None:
-            # The server reported no usage: count the text with the tokenizer, and say so.
-            record.estimated_tokens = True
-            prompt, reply = _call_texts(event)
-            record.prompt_tokens += count_tokens(prompt)
-            record.completion_tokens += count_tokens(reply)
-            return
-        record.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        record.completion_tokens += int(usage.get("completion_tokens") or 0)
+        usage = getattr(event.response, "additional_kwargs", None)
+        prompt_tokens, completion_tokens, estimated = call_tokens(usage, lambda: _call_texts(event))
+        record.prompt_tokens += prompt_tokens
+        record.completion_tokens += completion_tokens
+        record.estimated_tokens |= estimated
 
 
 def _call_texts(event: BaseEvent) -> tuple[str, str]:
     """The prompt and the reply of a finished chat or completion call, as text."""
     if isinstance(event, LLMChatEndEvent):
-        prompt = "\n".join(str(m.content or "") for m in event.messages)
-        reply = str(event.response.message.content or "") if event.response else ""
-    else:
-        prompt = str(event.prompt)
-        reply = event.response.text if event.response else ""
-    return prompt, reply
+        return messages_text(event.messages), str(event.response.message.content or "") if event.response else ""
+    return str(event.prompt), event.response.text if event.response else ""
 
 
 def install_llm_call_counter() -> None:

@@ -25,7 +25,8 @@ from llama_index.core.llms.llm import LLM
 from pydantic import Field
 
 from crag.budget import current_budget
-from crag.cost import count_tokens
+from crag.cost import call_tokens
+from crag.cost import messages_text as _text
 
 
 def _charge() -> None:
@@ -39,16 +40,9 @@ def _spent(response: ChatResponse | CompletionResponse | None, prompt: str) -> N
     budget = current_budget()
     if budget is None or response is None:
         return
-    usage = response.additional_kwargs or {}
-    if usage.get("prompt_tokens") is not None or usage.get("completion_tokens") is not None:
-        budget.add_tokens(int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0))
-        return
-    text = response.message.content if isinstance(response, ChatResponse) else response.text
-    budget.add_tokens(count_tokens(prompt) + count_tokens(str(text or "")))
-
-
-def _text(messages: Sequence[ChatMessage]) -> str:
-    return "\n".join(str(m.content or "") for m in messages)
+    reply = response.message.content if isinstance(response, ChatResponse) else response.text
+    prompt_tokens, completion_tokens, _ = call_tokens(response.additional_kwargs, lambda: (prompt, str(reply or "")))
+    budget.add_tokens(prompt_tokens + completion_tokens)
 
 
 class BudgetedLLM(LLM):

@@ -85,6 +85,7 @@ class StripRefiner:
         meta = chunk.node.metadata
         kind = "web" if meta.get("kind") == "web" else "internal"
         context = context_of(meta)
+        place = Location.fields(meta)  # the chunk's file and page, the same for every sentence
         return [
             Strip(
                 text=sentence,
@@ -94,7 +95,7 @@ class StripRefiner:
                 doc_id=meta.get("doc_id") or chunk.node.ref_doc_id,
                 title=meta.get("title"),
                 url=meta.get("url"),
-                **Location.fields(meta),
+                **place,
             )
             for sentence in sentences(chunk.node.get_content(), meta.get(SPANS_KEY))
         ]

@@ -37,8 +37,6 @@ from crag.events import CragResult, StepProgressEvent
 from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
 
 MAX_QUERY_CHARS = 4000
-
-
 T = TypeVar("T")
 
 
@@ -138,7 +136,7 @@ async def recording(ctx: Context[Any], name: str, ev: Any) -> AsyncIterator[Step
     ctx.write_event_to_stream(StepProgressEvent(step=name, status="started"))
     running = _steps_running.get()
     if running is not None:
-        running.count += 1
+        running.enter()
     started = await ctx.store.get("started")
     record = StepRecord(name=name, input_event=type(ev).__name__, started=perf_counter() - started)
     try:
@@ -154,16 +152,28 @@ async def recording(ctx: Context[Any], name: str, ev: Any) -> AsyncIterator[Step
         record.ended = perf_counter() - started
         await ctx.store.set(f"records.{name}", record)
         if running is not None:
-            running.count -= 1
+            running.leave()
         ctx.write_event_to_stream(
             StepProgressEvent(step=name, status="finished", seconds=record.seconds, record=record)
         )
 
 
 class _StepsRunning:
-    """How many of one run's steps are inside `recording` now."""
+    """How many of one run's steps are inside `recording` now, and an event set when none is."""
 
-    count = 0
+    def __init__(self) -> None:
+        self.count = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def enter(self) -> None:
+        self.count += 1
+        self.idle.clear()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self.idle.set()
 
 
 _steps_running: contextvars.ContextVar[_StepsRunning | None] = contextvars.ContextVar(
@@ -181,11 +191,12 @@ async def other_steps_finished(timeout: float | None = None) -> bool:
     ready has been paid for, so the run's trace and cost should count it; usually nothing is
     running and this returns at once, but a model that hangs must not hold a ready answer."""
     running = _steps_running.get()
-    deadline = perf_counter() + (SETTLE_SECONDS if timeout is None else timeout)
-    while running is not None and running.count > 0:
-        if perf_counter() >= deadline:
-            return False
-        await asyncio.sleep(0.005)
+    if running is None or running.idle.is_set():
+        return True
+    try:
+        await asyncio.wait_for(running.idle.wait(), SETTLE_SECONDS if timeout is None else timeout)
+    except asyncio.TimeoutError:
+        return False
     return True
 
 
