@@ -4,6 +4,7 @@ and concurrent runs on one workflow proceed together."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import sys
 import threading
@@ -145,6 +146,18 @@ class CountingLLM(FakeLLM):
             return await super().acomplete(prompt, formatted, **kwargs)
         finally:
             self._in_flight[run] -= 1
+
+
+def test_what_a_built_workflow_loaded_is_left_out_of_full_garbage_collections(
+    sample_settings: Settings,
+) -> None:
+    """A full collection runs on the loop's thread and walks every object it tracks: what is
+    loaded for good (the workflow, its components, the imported code) is frozen instead."""
+    gc.unfreeze()
+    workflow = build_workflow(sample_settings)
+    tracked = gc.get_objects()  # every generation the collector walks; frozen objects are not in it
+    assert not any(o is workflow or o is workflow.retriever for o in tracked)
+    assert gc.get_freeze_count() > len(tracked)  # the bulk of the heap, not a few objects
 
 
 async def test_twenty_concurrent_runs_have_their_model_calls_in_flight_together(

@@ -2,7 +2,8 @@
 
 `warm_up(*components)` loads what components would otherwise load lazily in a step;
 `off_loop(function, ...)` runs a step's CPU-bound work in a few threads shared by every run;
-`run_sync(start)` runs async work to completion from synchronous code.
+`run_sync(start)` runs async work to completion from synchronous code;
+`settle_heap()` keeps the garbage collector's full passes off what is loaded for good.
 
 Why not `asyncio.to_thread`: its default executor has up to `cores + 4` threads, and more
 Python threads than cores only fight over the GIL, which the event-loop thread then waits
@@ -16,6 +17,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import gc
 import os
 import threading
 from collections.abc import Awaitable, Callable
@@ -63,6 +65,20 @@ def warm_up(*components: object) -> None:
             continue
         if isinstance(component, WarmsUp):
             component.warm_up()
+
+
+def settle_heap() -> None:
+    """Move every object alive now out of the cyclic garbage collector's reach (`gc.freeze`).
+
+    Once the workflow is loaded, most of the heap is imported code (~150k objects: llama-index,
+    pydantic, the engine) that lives as long as the process. A full collection walks all of it,
+    and it runs on the event loop's thread: with 20 runs at once it held the loop up to ~90 ms
+    (`benchmarks/event_loop.py`). Frozen objects are still freed when nothing refers to them;
+    only a reference cycle already garbage when this is called stays, so the young
+    generations are collected first (cheap: they are small).
+    """
+    gc.collect(1)
+    gc.freeze()
 
 
 def run_sync(start: Callable[[], Awaitable[T]]) -> T:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crag._offload import warm_up
+from crag._offload import settle_heap, warm_up
 from crag.config import LLMSettings, Settings
 from crag.errors import ConfigError
 from crag.index import ChunkIndex
@@ -132,9 +132,12 @@ def warm_up_workflow(workflow: object, index: ChunkIndex | None = None) -> None:
     """Load every model, store and table the workflow's components (and `index`) would
     otherwise load in their first step; each component's `warm_up`, where it has one.
 
-    Cheap when done already: `crag serve` calls it on whatever workflow it was given.
+    Cheap when done already: `crag serve` calls it on whatever workflow it was given. What is
+    loaded then is settled (`crag._offload.settle_heap`), so full garbage collections do not
+    walk it on the event loop's thread.
     """
     warm_up(index, *(getattr(workflow, name, None) for name in COMPONENTS))
+    settle_heap()
 
 
 # The attributes under which crag's workflows (corrective and plain) keep their components.
