@@ -60,8 +60,20 @@ def terms(text: str) -> list[str]:
     return _stemmer().stemWords(kept)
 
 
-@lru_cache(maxsize=1)
+_PUNKT: list = []  # Punkt's English tokenizer, once loaded
+_PUNKT_LOADING = threading.Lock()
+
+
 def _punkt():  # noqa: ANN202 - nltk has no stubs
+    """Punkt's English tokenizer, loaded by the first caller; callers meanwhile wait for it."""
+    if not _PUNKT:
+        with _PUNKT_LOADING:
+            if not _PUNKT:
+                _PUNKT.append(_load_punkt())
+    return _PUNKT[0]
+
+
+def _load_punkt():  # noqa: ANN202
     import llama_index.core
     import nltk
     from nltk.tokenize import PunktTokenizer
@@ -73,9 +85,28 @@ def _punkt():  # noqa: ANN202 - nltk has no stubs
 
 
 def warm_up() -> None:
-    """Import nltk and read Punkt's tables (about 1.5 s), so that no step pays for it."""
-    _punkt()
+    """Load the stemmer, and start loading Punkt in a thread of its own.
+
+    Importing nltk and reading Punkt's tables takes about 0.25 s, and most questions split no
+    text (ingest stored every chunk's sentence spans; web results and replaced texts are split),
+    so a first question need not wait for them: a split waits only if they are still loading.
+    `crag serve` waits for them before it accepts a request (`wait_until_loaded`).
+    """
     _stemmer()
+    if not _PUNKT and not _PUNKT_LOADING.locked():
+        threading.Thread(target=_load_in_background, name="crag-punkt", daemon=True).start()
+
+
+def _load_in_background() -> None:
+    from crag._offload import settle_heap
+
+    _punkt()
+    settle_heap()  # nltk's modules live as long as the process, as what loaded before them
+
+
+def wait_until_loaded() -> None:
+    """Return once Punkt is loaded (what `warm_up` started, or now)."""
+    _punkt()
 
 
 SPANS_KEY = "sentence_spans"  # a chunk's metadata key for `sentence_spans`, written at ingest

@@ -32,6 +32,7 @@ from llama_agents.server import WorkflowServer
 from starlette.middleware import Middleware
 from workflows.plugins.basic import BasicRuntime
 
+from crag import text
 from crag.app.mcp_engine import Engine
 from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
 from crag.app.server.auth import ApiKeyMiddleware
@@ -81,7 +82,8 @@ def build_server(
     reloads = workflow is None  # a workflow given with components of its own is not rebuilt
     grade_cache = grade_cache_for(settings) if reloads else None  # PostgreSQL's, on a PostgreSQL store
     workflow = workflow or build_workflow(settings, index=index, grade_cache=grade_cache)
-    warm_up_workflow(workflow, index)  # everything loaded before the first request is accepted
+    warm_up_workflow(workflow, index)  # everything loaded before the first request is accepted,
+    text.wait_until_loaded()  # Punkt's tables too, which a one-off question would not wait for
     store = store_for(settings)
     key = settings.server.api_key.get_secret_value() if settings.server.api_key else ""
     register_secret(key)  # so that no error message or trace can show it
