@@ -8,7 +8,7 @@ import gc
 import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ import crag.models.local
 import crag.steps.web_search.local
 import crag.text
 from crag import Settings
+from crag._offload import hold_collection
+from crag.app.mcp_engine import Engine
 from crag.config import PostprocessSettings
 from crag.errors import StepError
 from crag.events import CragResult, Verdict
@@ -160,6 +162,34 @@ def test_what_a_built_workflow_loaded_is_left_out_of_full_garbage_collections(
     tracked = gc.get_objects()  # every generation the collector walks; frozen objects are not in it
     assert not any(o is workflow or o is workflow.retriever for o in tracked)
     assert gc.get_freeze_count() > len(tracked)  # the bulk of the heap, not a few objects
+
+
+@pytest.fixture
+def collection_held() -> Iterator[None]:
+    """The collector held as `crag ask`, `crag mcp` and `crag serve` hold it for start-up."""
+    hold_collection()
+    try:
+        yield
+    finally:
+        gc.enable()  # whatever the test found, the rest of the suite collects garbage
+
+
+def test_a_collection_held_for_start_up_resumes_once_the_workflow_is_loaded(
+    sample_settings: Settings, collection_held: None
+) -> None:
+    assert not gc.isenabled()
+    build_workflow(sample_settings)
+    assert gc.isenabled()
+
+
+async def test_a_collection_held_for_start_up_resumes_when_loading_fails(
+    tmp_path: Path, collection_held: None
+) -> None:
+    engine = Engine(Settings.load(env={}, index={"path": tmp_path / "missing"}))
+    engine.start_loading()
+    with pytest.raises(Exception, match="index"):
+        await engine.workflow()
+    assert gc.isenabled()
 
 
 async def test_twenty_concurrent_runs_have_their_model_calls_in_flight_together(

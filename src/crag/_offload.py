@@ -3,7 +3,7 @@
 `warm_up(*components)` loads what components would otherwise load lazily in a step;
 `off_loop(function, ...)` runs a step's CPU-bound work in a few threads shared by every run;
 `run_sync(start)` runs async work to completion from synchronous code;
-`settle_heap()` keeps the garbage collector's full passes off what is loaded for good.
+`hold_collection()` and `settle_heap()` keep the garbage collector off what is loaded for good.
 
 Why not `asyncio.to_thread`: its default executor has up to `cores + 4` threads, and more
 Python threads than cores only fight over the GIL, which the event-loop thread then waits
@@ -67,18 +67,42 @@ def warm_up(*components: object) -> None:
             component.warm_up()
 
 
+_collection_held = False
+
+
+def hold_collection() -> None:
+    """Collect no garbage until `settle_heap()`: for a process about to import and load a
+    workflow, as `crag ask`, `crag mcp` and `crag serve` are.
+
+    Start-up makes some 300k objects that live for good, and the collector walked them over and
+    over as they came: about a fifth of a cold start (`benchmarks/cold_start.py`). Little of
+    it is garbage (a few thousand objects), and what is stays frozen with the rest.
+    """
+    global _collection_held
+    if gc.isenabled():
+        gc.disable()
+        _collection_held = True
+
+
 def settle_heap() -> None:
-    """Move every object alive now out of the cyclic garbage collector's reach (`gc.freeze`).
+    """Move every object alive now out of the cyclic garbage collector's reach (`gc.freeze`),
+    and collect again if `hold_collection` had stopped it.
 
     Once the workflow is loaded, most of the heap is imported code (~150k objects: llama-index,
     pydantic, the engine) that lives as long as the process. A full collection walks all of it,
-    and it runs on the event loop's thread: with 20 runs at once it held the loop up to ~90 ms
+    and it runs on the event loop's thread: with 20 runs at once it held the loop up to ~100 ms
     (`benchmarks/event_loop.py`). Frozen objects are still freed when nothing refers to them;
     only a reference cycle already garbage when this is called stays, so the young
-    generations are collected first (cheap: they are small).
+    generations are collected first when the collector is on (cheap: they are small; while it
+    is held, everything is young and that would be a full pass).
     """
-    gc.collect(1)
+    global _collection_held
+    if gc.isenabled():
+        gc.collect(1)
     gc.freeze()
+    if _collection_held:
+        _collection_held = False
+        gc.enable()
 
 
 def run_sync(start: Callable[[], Awaitable[T]]) -> T:

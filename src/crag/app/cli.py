@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         # a result already saved; under a C locale Python writes such bytes back as they were.
         sys.stdout.reconfigure(errors="backslashreplace")
     args = _parser().parse_args(argv)
+    if args.func in (_ask, _mcp, _serve):
+        from crag._offload import hold_collection
+
+        hold_collection()  # until the workflow is loaded (`settle_heap`): a fifth of a cold start
     from workflows.errors import WorkflowTimeoutError
 
     from crag.errors import CragError

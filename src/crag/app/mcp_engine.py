@@ -49,12 +49,15 @@ class Engine:
     def start_loading(self) -> None:
         """Load the index and build the workflow in a thread; `workflow()` waits for it."""
 
+        from crag._offload import settle_heap
+
         def load() -> None:
             try:
                 from crag.workflows.factory import build_workflow
 
                 self._future.set_result(build_workflow(self.settings))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits it
+                settle_heap()  # the collector back on, were it held for the loading
                 self._future.set_exception(exc)
 
         Thread(target=load, name="crag-mcp-load", daemon=True).start()
