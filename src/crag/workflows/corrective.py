@@ -224,11 +224,14 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
     ) -> RefineInternalEvent | WebSearchNeededEvent | RewriteQueryEvent:
         """Score every chunk and decide Correct, Incorrect or Ambiguous."""
         async with recording(ctx, "grade", ev) as record:
+            grading = asyncio.ensure_future(self.grader.grade(ev.query, ev.chunks))
             # Strips are scored while the grader works, so refining after the verdict only
             # selects; wasted on Incorrect runs, as the speculative rewrite is on Correct ones.
+            # Scheduled behind the grader's first steps, so that its requests are sent first:
+            # the scoring holds the GIL in a worker thread, which the loop would wait for.
             if self.speculative_refine and isinstance(self.refiner, PreparesStrips):
-                _in_background(self.refiner.prepare(ev.query, ev.chunks))
-            grades = await self.grader.grade(ev.query, ev.chunks)
+                asyncio.get_running_loop().call_soon(_in_background, self.refiner.prepare(ev.query, ev.chunks))
+            grades = await grading
             kept = [c for c, g in zip(ev.chunks, grades) if g.score >= self.lower]
             # The set judgment can only hold back a Correct: below `upper` it would decide nothing.
             reaches_upper = any(g.score >= self.upper for g in grades)
