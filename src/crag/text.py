@@ -31,7 +31,8 @@ STOPWORDS = frozenset(
     according called many name named one ones s t also""".split()
 )
 
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+# A word, and apart from it (not captured) a possessive or contracted ending: "lumen's" -> "lumen".
+_WORD = re.compile(r"([^\W_]+)(?:['’][^\W_]+)?")
 
 
 class _PerThread(threading.local):
@@ -51,7 +52,7 @@ def _stemmer() -> Stemmer.Stemmer:
 
 def words(text: str) -> list[str]:
     """Lower-cased word tokens, possessive endings dropped."""
-    return [w.split("'")[0].split("’")[0] for w in _WORD.findall(text.lower())]
+    return _WORD.findall(text.lower())
 
 
 def terms(text: str) -> list[str]:

@@ -133,6 +133,11 @@ async def recording(ctx: Context[Any], name: str, ev: Any) -> AsyncIterator[Step
     events it emits with `record.emit(event)`. A component's error other than a
     `CragError` becomes a `StepError` naming the step.
     """
+    # One turn of the loop between the engine's start of the step and the step's own start:
+    # when twenty runs enter a step together, asyncio would otherwise run both parts for all
+    # twenty in one turn, and a timer due meanwhile waits for the whole turn
+    # (`benchmarks/event_loop.py`; figures in docs/measured.md).
+    await asyncio.sleep(0)
     ctx.write_event_to_stream(StepProgressEvent(step=name, status="started"))
     running = _steps_running.get()
     if running is not None:
