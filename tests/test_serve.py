@@ -338,11 +338,11 @@ def test_a_store_crag_cannot_use_is_a_config_error(store: str, problem: str) -> 
 
 
 def test_the_server_process_freezes_what_it_loaded_and_collects_less_often() -> None:
-    from crag.app.server import settle_heap
+    from crag.app.server import tune_collector
 
     before = gc.get_threshold()
     try:
-        settle_heap()
+        tune_collector()
         assert gc.get_freeze_count() > 0
         assert gc.get_threshold()[0] > before[0]
     finally:

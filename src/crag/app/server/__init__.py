@@ -33,6 +33,7 @@ from starlette.middleware import Middleware
 from workflows.plugins.basic import BasicRuntime
 
 from crag import text
+from crag._offload import settle_heap
 from crag.app.mcp_engine import Engine
 from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
 from crag.app.server.auth import ApiKeyMiddleware
@@ -137,17 +138,17 @@ def build_server(
     return CragServer(server=server, store=store, auth=bool(key))
 
 
-def settle_heap() -> None:
+def tune_collector() -> None:
     """Tune the garbage collector for a long-lived server, once everything is loaded.
 
-    `gc.freeze()` moves what exists now (the index, the models, the libraries) out of the
-    collector's view, so that its full passes stop walking them again and again; a larger
-    young generation makes those passes rarer still, each run's objects being short-lived.
-    Under benchmarks/throughput.py this cut the server's CPU per question by about a sixth
-    (figures in docs/measured.md).
+    What exists now (the index, the models, the libraries) is frozen out of the collector's
+    view (`crag._offload.settle_heap`, after one full collection: a server may as well start
+    clean), and a larger young generation makes full passes rarer still, each run's objects
+    being short-lived. Under benchmarks/throughput.py this cut the server's CPU per question
+    by about a sixth (figures in docs/measured.md).
     """
     gc.collect()
-    gc.freeze()
+    settle_heap()
     gc.set_threshold(10_000, 50, 100)
 
 
@@ -165,5 +166,5 @@ def serve(settings: Settings) -> None:
         + (f"; MCP clients: http://{host}:{port}/mcp" if mcp_available() else ""),
         file=sys.stderr,
     )
-    settle_heap()
+    tune_collector()
     asyncio.run(crag_server.server.serve(host=host, port=port))
