@@ -61,6 +61,36 @@ def test_the_least_recently_used_grades_go_first_past_the_bound(tmp_path: Path) 
     assert cache.stats().entries == 3
 
 
+def _rows(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT COUNT(*) FROM grades").fetchone()[0]
+
+
+def test_the_count_the_bound_is_checked_against_stays_exact(tmp_path: Path) -> None:
+    """The bound reads a counter kept by triggers (not COUNT(*) on every write): through new
+    grades, grades written again, trimming and clearing, it says what the table holds."""
+    cache = GradeCache(tmp_path / "g.sqlite", max_entries=5)
+    keys = [grade_key(**{**BASE, "content": f"chunk {i}"}) for i in range(8)]
+    cache.put_many({k: 0.5 for k in keys[:3]})
+    cache.put_many({k: 0.7 for k in keys[:4]})  # three written again, one new
+    assert cache.stats().entries == _rows(cache.path) == 4
+    cache.put_many({k: 0.2 for k in keys[4:]})  # past the bound: trimmed to it
+    assert cache.stats().entries == _rows(cache.path) == 5
+    cache.clear()
+    assert cache.stats().entries == _rows(cache.path) == 0
+
+
+def test_a_cache_written_before_the_counter_is_counted_once_when_opened(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite"
+    with sqlite3.connect(path) as db:  # the schema as it was, with two grades in it
+        db.execute("CREATE TABLE grades (key TEXT PRIMARY KEY, score REAL NOT NULL, used REAL NOT NULL) WITHOUT ROWID")
+        db.executemany("INSERT INTO grades VALUES (?, 0.5, 1.0)", [("a",), ("b",)])
+    cache = GradeCache(path, max_entries=100)
+    assert cache.stats().entries == 2
+    cache.put_many({grade_key(**BASE): 0.9})
+    assert cache.stats().entries == _rows(path) == 3
+
+
 def test_clear_forgets_every_grade(cache: GradeCache) -> None:
     cache.put_many({grade_key(**BASE): 0.5})
     assert cache.clear() == 1
