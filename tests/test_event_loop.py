@@ -8,6 +8,7 @@ import gc
 import re
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from blockbuster import BlockingError
 from pydantic import PrivateAttr
 
+import crag._offload
 import crag.index.lexical
 import crag.models.local
 import crag.steps.web_search.local
@@ -153,15 +155,29 @@ class CountingLLM(FakeLLM):
 
 
 def test_what_a_built_workflow_loaded_is_left_out_of_full_garbage_collections(
-    sample_settings: Settings,
+    sample_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A full collection runs on the loop's thread and walks every object it tracks: what is
     loaded for good (the workflow, its components, the imported code) is frozen instead."""
     gc.unfreeze()
+    monkeypatch.setattr(crag._offload, "_heap_settled", False)  # as in a process's first build
     workflow = build_workflow(sample_settings)
     tracked = gc.get_objects()  # every generation the collector walks; frozen objects are not in it
     assert not any(o is workflow or o is workflow.retriever for o in tracked)
     assert gc.get_freeze_count() > len(tracked)  # the bulk of the heap, not a few objects
+    assert gc.get_threshold() == crag._offload.SERVING_THRESHOLDS  # and full passes are rarer
+
+
+def test_a_workflow_built_after_the_first_is_collected_once_dropped(sample_settings: Settings) -> None:
+    """Only a process's first workflow is frozen: one replaced later (a server's reload, a
+    notebook cell run again) must not stay in memory, its index with it."""
+    build_workflow(sample_settings)  # the first, if no test built one before
+    workflow = build_workflow(sample_settings)
+    workflow.ask("What warranty does Lumen give on the Helio H10?")
+    dropped = weakref.ref(workflow.retriever.index)
+    del workflow
+    gc.collect()
+    assert dropped() is None
 
 
 @pytest.fixture

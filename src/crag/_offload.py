@@ -84,22 +84,37 @@ def hold_collection() -> None:
         _collection_held = True
 
 
-def settle_heap() -> None:
-    """Move every object alive now out of the cyclic garbage collector's reach (`gc.freeze`),
-    and collect again if `hold_collection` had stopped it.
+_heap_settled = False
+SERVING_THRESHOLDS = (10_000, 50, 100)  # gc.set_threshold's, for a process that serves runs
 
-    Once the workflow is loaded, most of the heap is imported code (~150k objects: llama-index,
-    pydantic, the engine) that lives as long as the process. A full collection walks all of it,
-    and it runs on the event loop's thread: with 20 runs at once it held the loop up to ~100 ms
-    (`benchmarks/event_loop.py`). Frozen objects are still freed when nothing refers to them;
-    only a reference cycle already garbage when this is called stays, so the young
-    generations are collected first when the collector is on (cheap: they are small; while it
-    is held, everything is young and that would be a full pass).
+
+def settle_heap() -> None:
+    """The first time in a process: move every object alive now out of the cyclic garbage
+    collector's reach (`gc.freeze`), and make its passes rarer (`SERVING_THRESHOLDS`). Every
+    time: collect again if `hold_collection` had stopped it.
+
+    Once the first workflow is loaded, most of the heap is imported code (~150k objects:
+    llama-index, pydantic, the engine) that lives as long as the process. A full collection
+    walks all of it, and it runs on the event loop's thread: with 20 runs at once it held the
+    loop up to ~100 ms (`benchmarks/event_loop.py`).
+
+    Frozen objects are still freed when nothing refers to them, but a frozen reference cycle
+    never is: a workflow is one, so a workflow frozen and later replaced (a server's reload, a
+    notebook cell run again) stays in memory. Hence the first time only: at most that one
+    workflow is kept, and those built after it are collected as usual. The young generations
+    are collected before freezing, when the collector is on (cheap: they are small; while it
+    is held everything is young, and that would be a full pass).
     """
-    global _collection_held
-    if gc.isenabled():
-        gc.collect(1)
-    gc.freeze()
+    global _collection_held, _heap_settled
+    if not _heap_settled:
+        _heap_settled = True
+        if gc.isenabled():
+            gc.collect(1)
+        gc.freeze()
+        # A larger young generation: a run's objects are short-lived, and what lives on (the
+        # caches of strips, sentences and grades, tens of thousands of objects) is walked by
+        # every full pass; with the defaults those came every few runs.
+        gc.set_threshold(*SERVING_THRESHOLDS)
     if _collection_held:
         _collection_held = False
         gc.enable()

@@ -95,14 +95,7 @@ def warm_up() -> None:
     """
     _stemmer()
     if not _PUNKT and not _PUNKT_LOADING.locked():
-        threading.Thread(target=_load_in_background, name="crag-punkt", daemon=True).start()
-
-
-def _load_in_background() -> None:
-    from crag._offload import settle_heap
-
-    _punkt()
-    settle_heap()  # nltk's modules live as long as the process, as what loaded before them
+        threading.Thread(target=_punkt, name="crag-punkt", daemon=True).start()
 
 
 def wait_until_loaded() -> None:

@@ -132,9 +132,10 @@ def warm_up_workflow(workflow: object, index: ChunkIndex | None = None) -> None:
     """Load every model, store and table the workflow's components (and `index`) would
     otherwise load in their first step; each component's `warm_up`, where it has one.
 
-    Cheap when done already: `crag serve` calls it on whatever workflow it was given. What is
-    loaded then is settled (`crag._offload.settle_heap`), so full garbage collections do not
-    walk it on the event loop's thread.
+    Cheap when done already: `crag serve` calls it on whatever workflow it was given. The
+    first time in a process, what is loaded then is frozen out of the garbage collector's full
+    passes, which run on the event loop's thread, and those passes are made rarer
+    (`crag._offload.settle_heap`: process-wide, as `gc.freeze` and `gc.set_threshold` are).
     """
     warm_up(index, *(getattr(workflow, name, None) for name in COMPONENTS))
     settle_heap()

@@ -33,7 +33,7 @@ from starlette.middleware import Middleware
 from workflows.plugins.basic import BasicRuntime
 
 from crag import text
-from crag._offload import settle_heap
+from crag._offload import SERVING_THRESHOLDS
 from crag.app.mcp_engine import Engine
 from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
 from crag.app.server.auth import ApiKeyMiddleware
@@ -139,17 +139,18 @@ def build_server(
 
 
 def tune_collector() -> None:
-    """Tune the garbage collector for a long-lived server, once everything is loaded.
+    """Freeze what the server loaded, once everything is loaded.
 
-    What exists now (the index, the models, the libraries) is frozen out of the collector's
-    view (`crag._offload.settle_heap`, after one full collection: a server may as well start
-    clean), and a larger young generation makes full passes rarer still, each run's objects
-    being short-lived. Under benchmarks/throughput.py this cut the server's CPU per question
-    by about a sixth (figures in docs/measured.md).
+    What exists now (the index, the models, the libraries, the server) is frozen out of the
+    garbage collector's view after one full collection, so that its full passes stop walking
+    it; the first workflow made them rarer too (`crag._offload.settle_heap`). Under
+    benchmarks/throughput.py the two cut the server's CPU per question by about a sixth
+    (figures in docs/measured.md). A workflow replaced by a reload is not frozen, so it is
+    collected.
     """
     gc.collect()
-    settle_heap()
-    gc.set_threshold(10_000, 50, 100)
+    gc.freeze()
+    gc.set_threshold(*SERVING_THRESHOLDS)  # set already, unless the workflow was built elsewhere
 
 
 def serve(settings: Settings) -> None:
