@@ -55,7 +55,9 @@ def build_workflow(
     `crag serve` on PostgreSQL passes one in PostgreSQL), unless `[cache] enabled` is false.
 
     Every component is warmed up (`warm_up_workflow`) before it is returned, so the first
-    run's steps do their own work, not loading.
+    run's steps do their own work, not loading. The first build in a process also freezes
+    what is loaded out of the garbage collector's full passes and makes those passes rarer:
+    process-wide settings (`gc.freeze`, `gc.set_threshold`), as a server wants them.
 
     Example:
         wf = build_workflow(Settings.load(), grader=MyGrader())
