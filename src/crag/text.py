@@ -74,7 +74,7 @@ def _punkt():  # noqa: ANN202 - nltk has no stubs
     return _PUNKT[0]
 
 
-def _load_punkt():  # noqa: ANN202
+def _load_punkt():
     import llama_index.core
     import nltk
     from nltk.tokenize import PunktTokenizer
