@@ -230,7 +230,8 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             # Scheduled behind the grader's first steps, so that its requests are sent first:
             # the scoring holds the GIL in a worker thread, which the loop would wait for.
             if self.speculative_refine and isinstance(self.refiner, PreparesStrips):
-                asyncio.get_running_loop().call_soon(_in_background, self.refiner.prepare(ev.query, ev.chunks))
+                preparing = self.refiner.prepare(ev.query, ev.chunks)
+                asyncio.get_running_loop().call_soon(_in_background, preparing)
             grades = await grading
             kept = [c for c, g in zip(ev.chunks, grades) if g.score >= self.lower]
             # The set judgment can only hold back a Correct: below `upper` it would decide nothing.
