@@ -60,6 +60,10 @@ class Source(Location):
     title: str | None = None
     url: str | None = None
 
+    def label(self) -> str:
+        """One line to find it by: its URL, else its file and page, else its title or id."""
+        return self.url or self.citation() or self.title or self.id
+
 
 class CragResult(BaseModel):
     """What one run of the corrective workflow returns."""

@@ -262,8 +262,7 @@ def _format(result: CragResult, *, answer: bool = True) -> str:
     if result.sources:
         lines.append("sources:")
         for s in result.sources:
-            where = s.url or s.citation() or s.title or s.id
-            lines.append(f"  [{s.number}] {s.kind}: {where}")
+            lines.append(f"  [{s.number}] {s.kind}: {s.label()}")
     for note in result.degraded:
         lines.append(f"degraded: {note}")
     if result.cost.calls or result.cost.cache_hits or result.cost.notes:
@@ -405,16 +404,17 @@ def _mcp(args: argparse.Namespace) -> int:
     import asyncio
     from importlib.util import find_spec
 
-    from crag.errors import IndexNotFoundError
+    from crag.index.layout import OldIndexFormatError, live_version
 
     if find_spec("mcp") is None:
         _say(f"crag: error: {MCP_HINT}")
         return 2
     settings = _settings(args, web_search={"corpus": args.web_corpus})
     path = settings.index.path
-    if not (path / "CURRENT").is_file() and not (path / "nodes.jsonl").is_file():
-        # Checked here, as the index loads beside the handshake: a wrong path fails at once.
-        raise IndexNotFoundError(f"No crag index at {path}. Build one first: crag ingest YOUR_DOCS --index {path}")
+    try:  # checked here, as the index loads beside the handshake: a wrong path fails at once
+        live_version(path)
+    except OldIndexFormatError:
+        pass  # loading it says how to upgrade it
     from crag.app.mcp_engine import Engine
     from crag.app.mcp_server import serve_stdio
 

@@ -184,7 +184,7 @@ def _ask_output(result: CragResult, run_id: str) -> AskOutput:
         SourceOut(
             number=s.number,
             kind=s.kind,
-            citation=s.url or s.citation() or s.title or s.id,
+            citation=s.label(),
             title=s.title,
             url=s.url,
             text=s.text,

@@ -17,9 +17,9 @@ from llama_index.core.schema import Document
 
 from crag.errors import ConfigError, IngestError
 from crag.ingestion.formats import doc_id
+from crag.ingestion.readers import Reader
 
 UserReader = Callable[[Path], "Iterable[Document | str] | Document | str"]
-Reader = Callable[[Path, bytes], Iterable[Document]]
 
 
 def load_readers(readers: Mapping[str, str | UserReader]) -> dict[str, Reader]:

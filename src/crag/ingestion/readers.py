@@ -12,6 +12,7 @@ from pathlib import Path
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
+from crag.ingestion.formats import doc_id
 from crag.ingestion.formats.docx import read_docx
 from crag.ingestion.formats.epub import read_epub
 from crag.ingestion.formats.html import html_text
@@ -172,7 +173,7 @@ def _markdown_documents(path: Path, text: str) -> Iterator[Document]:
         metadata = {"title": title, "file": str(path)}
         if trail_ and trail_ != [title]:
             metadata["section"] = " / ".join(trail_)
-        yield Document(text=body, id_=str(path) if number == 0 else f"{path}#{number}", metadata=metadata)
+        yield Document(text=body, id_=doc_id(path, number), metadata=metadata)
         number += 1
 
 

@@ -190,8 +190,8 @@ _steps_running: contextvars.ContextVar[_StepsRunning | None] = contextvars.Conte
 SETTLE_SECONDS = 2.0
 
 
-async def other_steps_finished(timeout: float | None = None) -> bool:
-    """Wait until no other step of this run is still working, at most `timeout` seconds; False
+async def other_steps_finished() -> bool:
+    """Wait until no other step of this run is still working, at most `SETTLE_SECONDS`; False
     if one still is. A speculative rewrite whose model call is in flight when the answer is
     ready has been paid for, so the run's trace and cost should count it; usually nothing is
     running and this returns at once, but a model that hangs must not hold a ready answer."""
@@ -199,7 +199,7 @@ async def other_steps_finished(timeout: float | None = None) -> bool:
     if running is None or running.idle.is_set():
         return True
     try:
-        await asyncio.wait_for(running.idle.wait(), SETTLE_SECONDS if timeout is None else timeout)
+        await asyncio.wait_for(running.idle.wait(), SETTLE_SECONDS)
     except asyncio.TimeoutError:
         return False
     return True

@@ -81,12 +81,11 @@ from crag.workflows.base import (
     or_fallback,
     other_steps_finished,
     recording,
-    run_sync,
     run_trace,
 )
 from crag.workflows.explain import explain, no_web_note
 
-__all__ = ["MAX_QUERY_CHARS", "CorrectiveRAGWorkflow", "RunState", "run_sync"]
+__all__ = ["MAX_QUERY_CHARS", "CorrectiveRAGWorkflow", "RunState"]
 
 _DEFAULT_GRADES = GraderSettings()  # thresholds calibrated on the dev sets (crag calibrate)
 
