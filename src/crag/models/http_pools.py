@@ -21,12 +21,20 @@ def async_http_client() -> Any:
     import httpx
     import openai
 
-    tls = httpx.create_ssl_context()  # one for all pools: each loads the CA bundle (~10 ms)
     pools = [
-        httpx.AsyncHTTPTransport(verify=tls, limits=default_connection_limits())
+        httpx.AsyncHTTPTransport(verify=_tls_context(), limits=default_connection_limits())
         for _ in range(POOL_SHARDS)
     ]
     return openai.DefaultAsyncHttpxClient(transport=pool_shards()(pools))
+
+
+@cache
+def _tls_context() -> Any:
+    """One TLS context for every pool of every client (a client is made per event loop, and
+    `ask()` runs each question on a loop of its own): each context loads the CA bundle, ~10 ms."""
+    import httpx
+
+    return httpx.create_ssl_context()
 
 
 # httpcore's pool walks all its connections (polling each idle socket) and all queued

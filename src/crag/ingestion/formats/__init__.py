@@ -22,6 +22,11 @@ def doc_id(path: Path, number: int) -> str:
     return str(path) if number == 0 else f"{path}#{number}"
 
 
+def short_reason(exc: BaseException) -> str:
+    """A parser's error in a few words, for a one-line message: its first line, else its type."""
+    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+
+
 def require_bytes(path: Path, data: bytes, kind: str) -> None:
     """Refuse an empty file with a reason, before a parser says something obscure about it."""
     if not data:

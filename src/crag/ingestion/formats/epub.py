@@ -19,7 +19,7 @@ from xml.etree import ElementTree
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
-from crag.ingestion.formats import doc_id, require_bytes
+from crag.ingestion.formats import doc_id, require_bytes, short_reason
 from crag.ingestion.formats.html import html_text
 
 _OPF = "{http://www.idpf.org/2007/opf}"
@@ -43,7 +43,7 @@ def read_epub(path: Path, data: bytes) -> Iterator[Document]:
     except IngestError:
         raise
     except _DAMAGED as exc:
-        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        reason = short_reason(exc)
         raise IngestError(f"{path} is a damaged EPUB ({reason}); export or download it again.") from None
     number = 0
     for section, text in chapters:
@@ -64,16 +64,17 @@ def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str]:
         raise IngestError(f"{path} is not an EPUB (not a zip archive; damaged, or another "
                           "format renamed); export it again as .epub.") from None
     with archive:
+        names = set(archive.namelist())  # looked up once per chapter
         container = _xml(path, archive, "META-INF/container.xml")
         rootfile = container.find(f".//{_CONTAINER}rootfile")
         opf_name = rootfile.get("full-path", "") if rootfile is not None else ""
-        if not opf_name or opf_name not in archive.namelist():
+        if not opf_name or opf_name not in names:
             raise IngestError(f"{path} is a zip archive but not a readable EPUB (its package "
                               f"file {opf_name or '(none named)'} is missing); export it again.")
         package = _xml(path, archive, opf_name)
         base = posixpath.dirname(opf_name)
         items = {i.get("id"): i for i in package.iter(f"{_OPF}item")}
-        toc = _toc(path, archive, base, items)
+        toc = _toc(path, archive, names, base, items)
         book_title = " ".join((package.findtext(f".//{_DC}title") or "").split())
         chapters = []
         for ref in package.iter(f"{_OPF}itemref"):
@@ -83,7 +84,7 @@ def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str]:
             if "nav" in (item.get("properties") or "").split():
                 continue  # the table of contents itself: titles, not text
             name = _resolve(base, item.get("href", ""))
-            if name not in archive.namelist():
+            if name not in names:
                 continue
             _, text, heading = html_text(_read(path, archive, name).decode("utf-8", "replace"))
             section = toc.get(name) or heading
@@ -94,13 +95,13 @@ def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str]:
     return chapters, book_title
 
 
-def _toc(path: Path, archive: zipfile.ZipFile, base: str, items: dict) -> dict[str, str]:
+def _toc(path: Path, archive: zipfile.ZipFile, names: set[str], base: str, items: dict) -> dict[str, str]:
     """Chapter titles by file, from the EPUB 3 nav document or the EPUB 2 NCX (first wins)."""
     titles: dict[str, str] = {}
     for item in items.values():
         name = _resolve(base, item.get("href", ""))
         is_nav = "nav" in (item.get("properties") or "").split()
-        if name not in archive.namelist() or not (is_nav or item.get("media-type") == _NCX_TYPE):
+        if name not in names or not (is_nav or item.get("media-type") == _NCX_TYPE):
             continue
         try:  # a table of contents that is not well-formed XML: chapters keep their headings
             tree = _xml(path, archive, name)

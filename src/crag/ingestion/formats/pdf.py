@@ -19,7 +19,7 @@ from pathlib import Path
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
-from crag.ingestion.formats import doc_id, require_bytes
+from crag.ingestion.formats import doc_id, require_bytes, short_reason
 
 # pypdf reports what it repairs through logging; with no handler configured Python prints
 # those records on stderr, where each skipped file must be one line and a repair is none.
@@ -77,7 +77,7 @@ def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str, list[s
         raise IngestError(f"{path} is encrypted (it needs a password); save a copy "
                           "without one (e.g. `qpdf --decrypt`) or leave it out.") from None
     except Exception as exc:  # noqa: BLE001 - pypdf raises many kinds on a damaged file
-        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        reason = short_reason(exc)
         raise IngestError(f"{path} is not a readable PDF (damaged or truncated: {reason}); "
                           "download or export it again.") from None
     return pages, labels, title, sections

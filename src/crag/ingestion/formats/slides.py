@@ -12,7 +12,7 @@ from pathlib import Path
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
-from crag.ingestion.formats import doc_id, require_bytes
+from crag.ingestion.formats import doc_id, require_bytes, short_reason
 
 EXTRA_HINT = "pip install 'crag[office]'"
 
@@ -28,7 +28,7 @@ def read_slides(path: Path, data: bytes) -> Iterator[Document]:
         deck = pptx.Presentation(io.BytesIO(data))
         slides = [_slide(slide) for slide in deck.slides]
     except Exception as exc:  # noqa: BLE001 - python-pptx raises many kinds on a damaged file
-        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        reason = short_reason(exc)
         raise IngestError(f"{path} is not a readable PowerPoint file ({reason}); save it again "
                           "as .pptx.") from None
     number = 0
