@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from crag.app.mcp_engine import Engine
 from crag.app.server.admission import Admission
+from crag.app.server.upkeep import around_lifespan
 from crag.errors import CragError
 
 PATH = "/mcp"
@@ -67,12 +68,5 @@ def mcp_routes(app: Any, engine: Engine) -> list[Route]:
         streamable_http_path=PATH, transport_security=off
     )  # makes the manager
     manager = server.session_manager
-    inner = app.router.lifespan_context
-
-    @asynccontextmanager
-    async def lifespan(application: Any) -> AsyncIterator[None]:
-        async with inner(application), manager.run():
-            yield
-
-    app.router.lifespan_context = lifespan
+    around_lifespan(app, manager.run)
     return [Route(PATH, StreamableHTTPASGIApp(manager))]

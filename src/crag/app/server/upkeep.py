@@ -26,7 +26,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -225,40 +225,49 @@ class Upkeep:
             await asyncio.sleep(every)
 
 
-def with_upkeep(app: Any, upkeep: Upkeep, every: float, also: Callable[[], Any] | None = None) -> None:
-    """Run `upkeep` (and `also()`, a coroutine) beside the app, from its startup (after the
-    store starts) to its shutdown."""
+def around_lifespan(app: Any, context: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
+    """Run `context()` inside the app's lifespan: entered once what the app already starts has
+    started (the run store), left before that stops."""
     inner = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(application: Any) -> AsyncIterator[None]:
-        async with inner(application):
-            tasks = [asyncio.create_task(upkeep.run_forever(every))]
-            if also is not None:
-                tasks.append(asyncio.create_task(also()))
-            try:
-                yield
-            finally:
-                for task in tasks:
-                    task.cancel()
-                await upkeep.leave()
+        async with inner(application), context():
+            yield
 
     app.router.lifespan_context = lifespan
+
+
+def with_upkeep(app: Any, upkeep: Upkeep, every: float, also: Callable[[], Any] | None = None) -> None:
+    """Run `upkeep` (and `also()`, a coroutine) beside the app, from its startup (after the
+    store starts) to its shutdown."""
+
+    @asynccontextmanager
+    async def running() -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(upkeep.run_forever(every))]
+        if also is not None:
+            tasks.append(asyncio.create_task(also()))
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await upkeep.leave()
+
+    around_lifespan(app, running)
 
 
 def closing_on_shutdown(app: Any, close: Callable[[], Awaitable[None]]) -> None:
     """Await `close()` when the app shuts down (a pool opened on the app's event loop)."""
-    inner = app.router.lifespan_context
 
     @asynccontextmanager
-    async def lifespan(application: Any) -> AsyncIterator[None]:
-        async with inner(application):
-            try:
-                yield
-            finally:
-                await close()
+    async def open_until_shutdown() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await close()
 
-    app.router.lifespan_context = lifespan
+    around_lifespan(app, open_until_shutdown)
 
 
 class _sqlite:  # noqa: N801 - a context manager, used like a function
