@@ -104,6 +104,16 @@ def redact(text: str) -> str:
     return _KEY_SHAPED.sub(REDACTED, text)
 
 
+def split_password(url: str) -> tuple[str, str | None]:
+    """The URL without its password, and the password."""
+    scheme, _, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url, None
+    user, _, password = credentials.partition(":")
+    return f"{scheme}://{user}@{host}", password
+
+
 def scrub(exc: BaseException) -> BaseException:
     """Remove keys from `exc`'s message (and body, for HTTP errors) and from the exceptions
     it was raised from, so that neither `str(exc)` nor a printed traceback shows one."""

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from crag.errors import redact
+from crag._bounded import given_up_after
+from crag.errors import redact, split_password
 from crag.index.grade_cache import CacheStats
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class PostgresGradeCache:
         if max_entries <= 0:
             raise ValueError(f"max_entries must be positive, not {max_entries}")
         self.dsn = dsn
-        self.where = re.sub(r"//([^:/@]*):[^@/]*@", r"//\1@", dsn)  # for messages: no password
+        self.where = split_password(dsn)[0]  # for messages
         self.max_entries = max_entries
         self.timeout = timeout
         self.retry_after = retry_after
@@ -195,22 +195,6 @@ class PostgresGradeCache:
         return pool
 
     async def _bounded(self, work: Awaitable[T]) -> T:
-        """`await work`, or TimeoutError after `timeout`, the work left to end by itself:
-        asyncpg cancelled mid-query on a frozen database waits on a second connection to
-        cancel it, so cancelling would not bound the wait (see crag/app/server/bounded.py)."""
-        task = asyncio.ensure_future(work)
-        done, _ = await asyncio.wait({task}, timeout=self.timeout)
-        if done:
-            return task.result()
-        _LEFT.add(task)
-        task.add_done_callback(_forget)
-        raise TimeoutError(f"no answer within {self.timeout:g} s")
-
-
-_LEFT: set[asyncio.Future[Any]] = set()  # held, so that a left task is not collected mid-way
-
-
-def _forget(task: asyncio.Future[Any]) -> None:
-    _LEFT.discard(task)
-    if not task.cancelled():
-        task.exception()  # read, so that asyncio does not log it: the caller already heard
+        """`await work`, or TimeoutError after `timeout`, the work left to end by itself (see
+        crag._bounded: cancelling asyncpg mid-query on a frozen database would not bound it)."""
+        return await given_up_after(self.timeout, work, "the grade cache")

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from crag._compat.llama_agents import handler_data_from_persistent
-from crag.app.server.bounded import given_up_after
+from crag._bounded import given_up_after
 from crag.app.server.stores import POSTGRES_TIMEOUT, PostgresRunStore, SqliteRunStore
 
 DEFAULT_LIMIT = 100

@@ -35,7 +35,7 @@ from llama_agents.server import AbstractWorkflowStore, HandlerQuery
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from crag.app.server.bounded import StoreTimeout, given_up_after
+from crag._bounded import StoreTimeout, given_up_after
 
 ORPHANED = "the server running it stopped (or could not record its end) before the run finished; ask again"
 PROBE_TIMEOUT = 2.0

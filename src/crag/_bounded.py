@@ -1,4 +1,5 @@
-"""Waiting on the run store with a limit that holds even when the store does not answer.
+"""Waiting on a database with a limit that holds even when it does not answer (the run store,
+the grade cache on PostgreSQL).
 
 `asyncio.wait_for` cancels what it waited for and then waits for the cancellation to finish.
 asyncpg, cancelled mid-query on a frozen PostgreSQL (SIGSTOP, a hung host), opens a second
@@ -20,7 +21,7 @@ _LEFT: set[asyncio.Future[object]] = set()  # held, so that a left task is not c
 
 
 class StoreTimeout(TimeoutError):
-    """The run store did not answer within the limit."""
+    """The store did not answer within the limit."""
 
 
 async def given_up_after(seconds: float, work: Awaitable[T], what: str) -> T:
