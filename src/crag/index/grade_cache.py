@@ -207,20 +207,13 @@ class GradeCache:
                     raise
                 db.execute("COMMIT")
                 return
-            except sqlite3.OperationalError as exc:
-                if _is_busy(exc):
-                    self.close()
+            except sqlite3.DatabaseError as exc:  # OperationalError (busy) among them
+                self.close()
+                if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
                     if patient and attempt == 0:
                         continue
                     log.debug("grade cache %s busy: %s", self.path, exc)
                     return
-                self.close()
-                if attempt == 0 and _is_corruption(exc) and self._set_aside(exc):
-                    continue
-                self._switch_off(exc)
-                return
-            except sqlite3.DatabaseError as exc:
-                self.close()
                 if attempt == 0 and _is_corruption(exc) and self._set_aside(exc):
                     continue  # a fresh file: try once more
                 self._switch_off(exc)
@@ -258,8 +251,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
 
 
 def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
-    """A damaged file, as opposed to a busy one (another process holding the lock too long)."""
-    if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower():
-        return False
+    """A damaged file, as opposed to a busy one (another process holding the lock too long:
+    `_is_busy`, checked first)."""
     text = str(exc).lower()
     return any(word in text for word in ("malformed", "not a database", "corrupt", "disk image"))
