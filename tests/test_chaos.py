@@ -319,12 +319,16 @@ def test_a_full_disk_under_the_sqlite_store_fails_runs_clearly_and_loses_nothing
         filler.unlink()
         _healthy_again(url)
         # Once the disk has room, either the server's retry of a run's end lands (completed,
-        # with its result) or the sweep writes the failure it reported: never `running`.
+        # with its result) or the sweep writes the failure it reported: never `running`. The
+        # file and the server are read until they agree: a retry may land between two reads.
         deadline = time.monotonic() + SETTLED
-        while "running" in (stored := _stored_statuses(store, in_flight)) or not stored:
-            assert time.monotonic() < deadline, f"the runs' ends were not written: {stored}"
+        while True:
+            stored = _stored_statuses(store, in_flight)
+            now = {i: httpx.get(f"{url}/handlers/{i}").json() for i in in_flight}
+            if stored and "running" not in stored and {h["status"] for h in now.values()} == stored:
+                break
+            assert time.monotonic() < deadline, f"the runs' ends were not written, or not read back: {stored}"
             time.sleep(0.3)
-        now = {i: httpx.get(f"{url}/handlers/{i}").json() for i in in_flight}
         kept = httpx.get(f"{url}/handlers/{earlier['handler_id']}").json()
         again = httpx.post(f"{url}/workflows/crag/run", json=QUESTION, timeout=60)
     assert health.status_code == 503 and "sqlite store" in health.json()["error"]
