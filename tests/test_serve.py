@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import shutil
 import socket
@@ -26,7 +27,6 @@ from crag import Settings
 from crag.app.cli import main
 from crag.app.server import build_server
 from crag.app.server.stores import store_for
-from crag.app.server.validation import query_problem
 from crag.errors import ConfigError, redact
 from crag.events import CragResult, StepProgressEvent
 
@@ -173,21 +173,35 @@ def test_a_run_without_a_question_is_a_400_naming_the_field(base_url: str) -> No
     assert reply.status_code == 400 and "query" in reply.json()["detail"]
 
 
-def test_question_check_reads_every_shape_the_server_accepts() -> None:
-    assert query_problem(b'{"start_event": {"query": " "}}') == "The question is empty; ask something."
-    assert query_problem(b'{"kwargs": {"query": ""}}') == "The question is empty; ask something."
-    assert query_problem(b'{"start_event": {"type": "QueryStartEvent", "value": {"query": ""}}}')
-    assert query_problem(b'{"start_event": "{\\"query\\": \\"\\"}"}')
-    assert "limit" in query_problem(b'{"start_event": {"query": "' + b"a " * 5000 + b'"}}')
-    assert query_problem(b'{"start_event": {"query": 3}}') == "The question must be a string, not int."
-    assert query_problem(b'{"start_event": {"query": "Why?"}}') is None
-    assert query_problem(b"not json") is None  # left to the server's own 400
-    assert "lone surrogate" in query_problem(b'{"start_event": {"query": "why \\ud800?"}}')
-    assert "lone surrogate" in query_problem(b'{"start_event": "{\\"query\\": \\"\\\\udc80\\"}"}')
-    assert query_problem(b'{"start_event": {"query": "why \\ud83d\\ude00?"}}') is None  # a pair is text
-    assert "lone surrogate" in query_problem(b'{"start_event": {"query": "\xed\xa0\x80"}}')  # json reads it
-    assert "nested too deeply" in query_problem(b"[" * 100_000)
-    assert "nested too deeply" in query_problem(b'{"start_event": "' + b"[" * 100_000 + b'"}')
+@pytest.mark.parametrize(("body", "problem"), [
+    (b'{"start_event": {"query": " "}}', "The question is empty; ask something."),
+    (b'{"kwargs": {"query": ""}}', "The question is empty; ask something."),
+    (b'{"start_event": {"type": "QueryStartEvent", "value": {"query": ""}}}', "The question is empty"),
+    (b'{"start_event": "{\\"query\\": \\"\\"}"}', "The question is empty"),
+    (b'{"start_event": {"query": "' + b"a " * 5000 + b'"}}', "the limit is"),
+    (b'{"start_event": {"query": 3}}', "query: Input should be a valid string"),
+    (b'{"start_event": {"question": "Why?"}}', "query: Field required"),
+    (b"not json", "not JSON"),
+    (b'{"handler_id": "x"}', "names no question"),
+    (b'{"start_event": {"query": "why \\ud800?"}}', "lone surrogate"),
+    (b'{"start_event": "{\\"query\\": \\"\\\\udc80\\"}"}', "lone surrogate"),
+    (b'{"start_event": {"query": "\xed\xa0\x80"}}', "lone surrogate"),
+    (b'{"start_event": "' + b"[" * 5000 + b'"}', "start_event"),
+], ids=["blank", "kwargs", "envelope", "json-string", "overlong", "not-text", "no-query", "not-json",
+        "no-start", "surrogate", "surrogate-in-string", "surrogate-bytes", "deep-string"])
+def test_a_run_request_is_read_in_every_shape_the_server_accepts_and_refused_saying_why(
+        base_url: str, body: bytes, problem: str) -> None:
+    reply = httpx.post(f"{base_url}/workflows/crag/run-nowait", content=body,
+                       headers={"content-type": "application/json"})
+    assert reply.status_code == 400, reply.text
+    assert problem in reply.json()["detail"]
+
+
+def test_a_run_request_in_the_envelope_or_string_shape_starts_a_run(base_url: str) -> None:
+    for start in ({"type": "QueryStartEvent", "value": {"query": ANSWERED}}, json.dumps({"query": ANSWERED})):
+        reply = httpx.post(f"{base_url}/workflows/crag/run", json={"start_event": start}, timeout=60)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["status"] == "completed"
 
 
 @pytest.mark.parametrize(

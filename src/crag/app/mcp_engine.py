@@ -1,53 +1,53 @@
-"""What `crag mcp`'s tools run on: the workflow and index, loaded in a thread, and the traces.
+"""What `crag mcp`'s tools run on: the settings, and the run service, over a workflow loaded in
+a thread.
 
 Free of the MCP SDK, so that `crag mcp` can start loading before it imports the SDK: the two
-take about as long, and the handshake needs only the SDK.
+take about as long, and the handshake needs only the SDK. Every `ask` starts its run through
+a `RunService` (crag.app.runs), as every door of `crag serve` does: under `crag serve` its
+own (admission, the run store), over stdio one of this process's, keeping its last
+`KEEP_TRACES` runs in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import deque
+from collections.abc import AsyncIterator
 from concurrent.futures import Future
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from threading import Thread
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from crag.app.runs import RunService
     from crag.config import Settings
-    from crag.trace import RunTrace
     from crag.workflows import CorrectiveRAGWorkflow
 
-KEEP_TRACES = 100  # runs whose trace stays readable; older ones go, so memory stays bounded
+KEEP_TRACES = 100  # runs whose trace stays readable over stdio; older ones go, so memory stays bounded
 
 
 @dataclass
 class Engine:
-    """The settings, the workflow (built in a thread, once), and this process's run traces."""
+    """The settings, and the run service (over stdio: made once the workflow is built)."""
 
     settings: Settings
-    admit: Callable[[], AbstractAsyncContextManager[object]] = (
-        nullcontext  # `crag serve`'s admission
-    )
     _future: Future[CorrectiveRAGWorkflow] = field(default_factory=Future)
-    traces: OrderedDict[str, RunTrace] = field(default_factory=OrderedDict)
+    _runs: RunService | None = None
+    _owned: bool = False  # the service is this engine's own (stdio): it keeps the run store small
+    _started: deque[str] = field(default_factory=deque)
+    session_manager: Any = None  # the MCP SDK's, under `crag serve` (mcp_route.py)
 
     @classmethod
-    def ready(
-        cls,
-        settings: Settings,
-        workflow: CorrectiveRAGWorkflow,
-        admit: Callable[[], AbstractAsyncContextManager[object]] = nullcontext,
-    ) -> Engine:
-        """An engine on a workflow already built (`crag serve`'s); each run waits on `admit`."""
-        engine = cls(settings, admit)
-        engine.replace(workflow)
+    def ready(cls, settings: Settings, runs: RunService) -> Engine:
+        """An engine on `crag serve`'s run service (its workflow follows the server's reloads)."""
+        engine = cls(settings)
+        engine._runs = runs
+        engine._future.set_result(runs.workflow)
         return engine
 
     def start_loading(self) -> None:
-        """Load the index and build the workflow in a thread; `workflow()` waits for it."""
+        """Load the index and build the workflow in a thread; `runs()` waits for it."""
 
         from crag._offload import settle_heap
 
@@ -55,7 +55,10 @@ class Engine:
             try:
                 from crag.workflows.factory import build_workflow
 
-                self._future.set_result(build_workflow(self.settings))
+                workflow = build_workflow(self.settings)
+                import crag.app.runs  # noqa: F401 - the service's imports, here rather than on the loop
+
+                self._future.set_result(workflow)
             except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits it
                 settle_heap()  # the collector back on, were it held for the loading
                 self._future.set_exception(exc)
@@ -63,21 +66,63 @@ class Engine:
         Thread(target=load, name="crag-mcp-load", daemon=True).start()
 
     async def workflow(self) -> CorrectiveRAGWorkflow:
-        """The workflow, once built. Every tool and resource awaits it before its own work, even
-        one that needs no workflow: importing llama-index in two threads at once can fail on
-        its circular imports, so nothing else imports while the loading thread does."""
+        """The workflow being served, once built. Every tool and resource awaits it before its
+        own work, even one that needs no workflow: importing llama-index in two threads at once
+        can fail on its circular imports, so nothing else imports while the loading thread does."""
+        if self._runs is not None:
+            return self._runs.workflow
         return await asyncio.wrap_future(self._future)
 
+    async def runs(self) -> RunService:
+        """The run service, made on first use over stdio (a memory run store, no admission)."""
+        workflow = await self.workflow()
+        if self._runs is None:
+            from llama_agents.server import MemoryWorkflowStore, WorkflowServer
+            from workflows.plugins.basic import BasicRuntime
+
+            from crag.app.runs import RunService
+
+            store = MemoryWorkflowStore()
+            server = WorkflowServer(workflow_store=store, runtime=BasicRuntime())
+            runs = RunService(server, store, workflow, None)
+            await server.start()
+            self._runs, self._owned = runs, True
+        return self._runs
+
     def replace(self, workflow: CorrectiveRAGWorkflow) -> None:
-        """Serve `workflow` from the next call on (after an ingest, or `crag serve`'s reload)."""
+        """Serve `workflow` from the next call on (after `ingest`)."""
+        if self._runs is not None:
+            self._runs.serve(workflow, None)
+            return
         fresh: Future[CorrectiveRAGWorkflow] = Future()
         fresh.set_result(workflow)
         self._future = fresh
 
-    def keep(self, run_id: str, trace: RunTrace) -> None:
-        self.traces[run_id] = trace
-        while len(self.traces) > KEEP_TRACES:
-            self.traces.popitem(last=False)
+    def admitted(self) -> AbstractAsyncContextManager[Any]:
+        """A run place for work that is not a run (`search`), where the service admits runs."""
+        if self._runs is None or self._runs.admission is None:
+            return nullcontext()
+        return self._runs.admitted()
+
+    async def kept(self, handler_id: str) -> None:
+        """Note a run this engine started; over stdio, forget the oldest beyond `KEEP_TRACES`."""
+        if not self._owned or self._runs is None:
+            return  # `crag serve` prunes its store itself
+        from llama_agents.server import HandlerQuery
+
+        self._started.append(handler_id)
+        doomed = [self._started.popleft() for _ in range(len(self._started) - KEEP_TRACES)]
+        if doomed:
+            await self._runs.store.delete(HandlerQuery(handler_id_in=doomed))
+
+    @asynccontextmanager
+    async def sessions(self) -> AsyncIterator[None]:
+        """Under `crag serve`: the MCP SDK's session manager, for the app's lifespan."""
+        if self.session_manager is None:
+            yield
+            return
+        async with self.session_manager.run():
+            yield
 
 
 def manifest(settings: Settings) -> dict:

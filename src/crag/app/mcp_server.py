@@ -32,6 +32,7 @@ from crag.errors import CragError, redact
 if TYPE_CHECKING:  # crag.events and crag.trace import llama-index, most of the start-up: loader thread
     from llama_index.core.schema import NodeWithScore
 
+    from crag.app.runs import Run
     from crag.events import CragResult, Grade
     from crag.workflows import CorrectiveRAGWorkflow
 
@@ -95,11 +96,11 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
         """Answer a question from the indexed documents, citing them as [n]; when they do not
         answer it, the web is searched. Returns the answer, the verdict and the sources."""
         with _told():
-            workflow = await engine.workflow()
-            async with engine.admit():
-                result, run_id = await _run(workflow, question, ctx)
-        engine.keep(run_id, result.trace)
-        out = _ask_output(result, run_id)
+            runs = await engine.runs()
+            run = await runs.start({"query": question})
+            result = await _followed(run, ctx)
+        await engine.kept(run.handler_id)
+        out = _ask_output(result, run.handler_id)
         return CallToolResult(
             content=[TextContent(type="text", text=_ask_text(out))],
             structured_content=out.model_dump(mode="json"),
@@ -114,7 +115,7 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
         relevance (0 to 1), best first; no answer is written and the web is not searched."""
         with _told():
             workflow = await engine.workflow()
-            async with engine.admit():  # its grader may call the model as a run's does
+            async with engine.admitted():  # its grader may call the model as a run's does
                 return await _search(workflow, question, top_k)
 
     @server.resource("crag://index/manifest", mime_type="application/json")
@@ -125,14 +126,19 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
             return json.dumps(await anyio.to_thread.run_sync(manifest, engine.settings), indent=1)
 
     @server.resource("crag://runs/{run_id}/trace", mime_type="application/json")
-    def trace(run_id: str) -> str:
-        """A run's trace (steps, times, calls, why each turn), for a run this server made."""
-        if run_id not in engine.traces:
+    async def trace(run_id: str) -> str:
+        """A run's trace (steps, times, calls, why each turn), for a finished run."""
+        with _told(ResourceError):
+            record = await (await engine.runs()).finished(run_id)
+        value = record.result.result if record is not None and record.result is not None else None
+        if value is None:
             raise ResourceNotFoundError(
-                f"No run {run_id} here: traces are kept for the last {KEEP_TRACES} "
-                "runs of this server process; ask again for a new one."
+                f"No finished run {run_id} here: over stdio, traces are kept for the last "
+                f"{KEEP_TRACES} runs of this server process; ask again for a new one."
             )
-        return engine.traces[run_id].model_dump_json(indent=1)
+        from crag.events import CragResult
+
+        return CragResult.model_validate(value).trace.model_dump_json(indent=1)
 
     if allow_ingest:
         from crag.app.mcp_ingest import add_ingest_tool
@@ -162,21 +168,17 @@ def _told(error: type[Exception] = ToolError) -> Iterator[None]:
         raise error(f"The run was cancelled: {exc} (raise [run] timeout).") from None
 
 
-async def _run(
-    workflow: CorrectiveRAGWorkflow, question: str, ctx: Context
-) -> tuple[CragResult, str]:
-    """Run the workflow, one progress notification per step event (a no-op without a token)."""
+async def _followed(run: Run, ctx: Context) -> CragResult:
+    """The run's result, one progress notification per step event (a no-op without a token)."""
     from crag.events import StepProgressEvent
 
-    handler = workflow.run(query=question)
     done = 0
-    async for event in handler.stream_events():
+    async for event in run.events():
         if isinstance(event, StepProgressEvent):
             done += 1  # the total is unknown: how many steps run depends on the verdict
             took = f" in {event.seconds * 1000:.0f} ms" if event.seconds is not None else ""
             await ctx.report_progress(done, None, f"{event.step} {event.status}{took}")
-    result: CragResult = await handler
-    return result, str(handler.run_id)
+    return await run.result()
 
 
 def _ask_output(result: CragResult, run_id: str) -> AskOutput:

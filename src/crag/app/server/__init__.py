@@ -1,24 +1,19 @@
-"""`crag serve`: the workflow over HTTP, on llama-agents-server's `WorkflowServer`.
+"""`crag serve`: the workflow over HTTP. crag's own Starlette app, with llama-agents-server's
+`WorkflowServer` mounted inside it for what it does well (the run store, the event stream,
+the run records); every run, from any door, starts through one `RunService` (crag.app.runs):
 
-The server's own routes run it and keep its runs (`POST /workflows/crag/run`,
-`POST /workflows/crag/run-nowait`, `GET /events/{handler_id}`, `GET /handlers/{handler_id}`,
-`GET /handlers`); crag adds what they lack:
-
-    GET /health                        open to all: index size, store kind, whether keys are on
-    GET /handlers/{handler_id}/trace   a finished run's path on the graph, one offline HTML page
-    GET /handlers?limit=N&before=ID    the runs newest first, a page at a time (in place of the
-                                       server's own, which lists every run at once)
-    POST /v1/chat/completions          the OpenAI-compatible door (openai_api.py), model "crag";
-    GET /v1/models                     its runs go through the run route above (inner.py)
+    POST /workflows/crag/run[-nowait]  start a run (run_routes.py), the server's request shape
+    GET  /events/{handler_id}          its events; GET /handlers/{handler_id} its record (the server's)
+    GET  /health                       open to all: the served index's size, the store, whether keys are on
+    GET  /handlers/{handler_id}/trace  a finished run's path on the graph, one offline HTML page
+    GET  /handlers?limit=N&before=ID   the runs newest first, a page at a time
+    POST /v1/chat/completions          the OpenAI-compatible door (openai_api.py), model "crag"
     /mcp                               the MCP door (mcp_route.py), streamable HTTP, with crag[mcp]
 
-    auth.py        the API key check (middleware)
-    validation.py  an unusable question is a 400 before any run starts (middleware)
-    routes.py      the routes above; listing.py the paged /handlers
+    guard.py       Host/Origin, body size, no outside events (middleware); auth.py the API key
+    admission.py   at most max_runs in flight; upkeep.py health probes, pruning, orphans
     stores.py      SQLite beside the index by default, PostgreSQL from a URL
-    storegate.py   a run request is a 503 at once while the store cannot record runs
-    upkeep.py      health probes, pruning, the orphan sweep; unrecorded.py runs whose end
-                   the store refused; bounded.py waiting on a store that does not answer
+    reload.py      a new index version, served without a restart
 """
 
 from __future__ import annotations
@@ -26,26 +21,32 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
+import uvicorn
 from llama_agents.server import WorkflowServer
+from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.routing import Mount
+from starlette.types import ASGIApp, Receive, Scope, Send
 from workflows.plugins.basic import BasicRuntime
 
 from crag import text
 from crag._offload import SERVING_THRESHOLDS
 from crag.app.mcp_engine import Engine
-from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
+from crag.app.runs import WORKFLOW_NAME, RunService
+from crag.app.server.admission import Admission
 from crag.app.server.auth import ApiKeyMiddleware
 from crag.app.server.guard import RequestGuard, check_bind
-from crag.app.server.mcp_route import admitted, mcp_available, mcp_routes
+from crag.app.server.mcp_route import mcp_available, mcp_routes
 from crag.app.server.openai_api import openai_routes
 from crag.app.server.reload import IndexReloader
-from crag.app.server.routes import WORKFLOW_NAME, crag_routes
-from crag.app.server.storegate import StoreGate
+from crag.app.server.routes import crag_routes
+from crag.app.server.run_routes import run_routes
 from crag.app.server.stores import StoreChoice, grade_cache_for, store_for
-from crag.app.server.upkeep import CancelReport, LiveRuns, Upkeep, closing_on_shutdown, with_upkeep
-from crag.app.server.validation import QueryCheckMiddleware
+from crag.app.server.upkeep import PROBE_REUSE, CancelReport, LiveRuns, Upkeep
 from crag.config import Settings
 from crag.errors import register_secret
 from crag.index import ChunkIndex
@@ -56,15 +57,12 @@ __all__ = ["CragServer", "WORKFLOW_NAME", "build_server", "serve"]
 
 @dataclass(frozen=True)
 class CragServer:
-    """A `WorkflowServer` serving crag's workflow, and the store that keeps its runs."""
+    """crag's app (for uvicorn, or mounted in a larger one), its run service and run store."""
 
-    server: WorkflowServer
+    app: Starlette
+    runs: RunService
     store: StoreChoice
     auth: bool
-
-    @property
-    def app(self):  # noqa: ANN201 - a Starlette app, for uvicorn or mounting in a larger one
-        return self.server.app
 
 
 def build_server(
@@ -75,7 +73,7 @@ def build_server(
 
     Example:
         crag_server = build_server(Settings.load())
-        await crag_server.server.serve(host="127.0.0.1", port=8000)
+        uvicorn.run(crag_server.app, host="127.0.0.1", port=8000)
     """
     from crag.workflows.factory import build_workflow, warm_up_workflow
 
@@ -89,53 +87,74 @@ def build_server(
     key = settings.server.api_key.get_secret_value() if settings.server.api_key else ""
     register_secret(key)  # so that no error message or trace can show it
     check_bind(settings.server.host, key)
-    admission = Admission(settings.server.max_runs, settings.server.max_queue, max_wait=settings.run.timeout)
     live = LiveRuns()
-    track_runs(workflow, live.ids)
     upkeep = Upkeep(store.store, store.kind, store.where, live=live, keep_runs=settings.server.keep_runs,
                     keep_days=settings.server.keep_days, orphan_after=settings.server.orphan_after,
                     index_path=settings.index.path)
-    middleware = [
-        Middleware(RequestGuard, max_body_bytes=settings.server.max_body_bytes, local_only=not key),
-        Middleware(QueryCheckMiddleware),
-        Middleware(StoreGate, upkeep=upkeep),  # ahead of admission: no slot held for a refusal
-        Middleware(AdmissionMiddleware, admission=admission),
-        Middleware(CancelReport, upkeep=upkeep),
-    ]
-    if key:
-        middleware.insert(0, Middleware(ApiKeyMiddleware, api_key=key))  # outermost: checked first
     # The engine's basic runtime, not the server's default stack: that one serialises every
     # tick of a run twice (to persist it, then for a no-op hook) so that a run can resume
     # mid-way after a restart, which a crag run cannot (its state stays in memory; see
     # stores.py), and watches for idle runs, which a crag run never is: a large share of the
-    # server's CPU per question (benchmarks/throughput.py). The SQLite store marks runs a restart cut off
-    # as failed when it starts (SqliteRunStore.start); on shared PostgreSQL the heartbeat sweep
-    # does (upkeep.py).
-    server = WorkflowServer(workflow_store=store.store, middleware=middleware, runtime=BasicRuntime())
-    server.add_workflow(WORKFLOW_NAME, workflow)
-    engine = Engine.ready(settings, workflow, admitted(admission))  # the MCP door's; follows reloads
-    # Ahead of the server's routes, so crag's /health (which says more) answers, not its own.
-    server.app.router.routes[:0] = [
-        *crag_routes(workflow, index, store.store, store.kind, auth=bool(key), upkeep=upkeep),
-        *openai_routes(server.app, WORKFLOW_NAME),  # each run through the app's own run route
-        *(mcp_routes(server.app, engine) if mcp_available() else []),
+    # server's CPU per question (benchmarks/throughput.py). The SQLite store marks runs a restart
+    # cut off as failed when it starts (SqliteRunStore.start); on shared PostgreSQL the heartbeat
+    # sweep does (upkeep.py). Its own middleware is none: crag's app, around it, has crag's.
+    server = WorkflowServer(workflow_store=store.store, middleware=[Middleware(_Plain)], runtime=BasicRuntime())
+    runs = RunService(
+        server, store.store, workflow, index,
+        admission=Admission(settings.server.max_runs, settings.server.max_queue, max_wait=settings.run.timeout),
+        store_problem=lambda: upkeep.store_problem(reuse=PROBE_REUSE),  # a burst of runs: one probe
+        live=live.ids,
+    )
+    engine = Engine.ready(settings, runs)  # the MCP door's
+    routes = [
+        *run_routes(runs),
+        *crag_routes(runs, store.kind, auth=bool(key), upkeep=upkeep),
+        *openai_routes(runs),
+        *(mcp_routes(engine) if mcp_available() else []),
+        Mount("/", app=server.app),  # the server's own routes: events, records, cancel
     ]
+    middleware = [
+        Middleware(RequestGuard, max_body_bytes=settings.server.max_body_bytes, local_only=not key),
+        Middleware(CancelReport, upkeep=upkeep),
+    ]
+    if key:
+        middleware.insert(0, Middleware(ApiKeyMiddleware, api_key=key))  # outermost: checked first
     reloader = None
     if reloads:
 
-        def install(new: CorrectiveRAGWorkflow) -> None:
-            track_runs(new, live.ids)
-            server.add_workflow(WORKFLOW_NAME, new)  # the next run gets it; running ones keep theirs
-            engine.replace(new)
+        def rebuild() -> tuple[CorrectiveRAGWorkflow, ChunkIndex]:
+            new_index = ChunkIndex.load(settings.index.path)  # the same cache (and pool) across reloads
+            return build_workflow(settings, index=new_index, grade_cache=grade_cache), new_index
 
-        rebuild = lambda: build_workflow(  # noqa: E731 - the same cache (and pool) across reloads
-            settings, index=ChunkIndex.load(settings.index.path), grade_cache=grade_cache)
-        reloader = IndexReloader(settings.index.path, rebuild, install, upkeep)
-    with_upkeep(server.app, upkeep, every=settings.server.orphan_after / 3,
-                also=reloader.run_forever if reloader else None)
-    if grade_cache is not None:
-        closing_on_shutdown(server.app, grade_cache.aclose)  # its pool, on the app's event loop
-    return CragServer(server=server, store=store, auth=bool(key))
+        reloader = IndexReloader(settings.index.path, rebuild, lambda built: runs.serve(*built), upkeep)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        """The run store and runtime, then upkeep (and reloads) and the MCP sessions beside the
+        app, stopped in the reverse order; the PostgreSQL grade cache's pool closed last."""
+        async with AsyncExitStack() as stack:
+            if grade_cache is not None:
+                stack.push_async_callback(grade_cache.aclose)  # its pool, on the app's event loop
+            await stack.enter_async_context(server.contextmanager())
+            await stack.enter_async_context(upkeep.running(
+                every=settings.server.orphan_after / 3, also=reloader.run_forever if reloader else None))
+            if mcp_available():
+                await stack.enter_async_context(engine.sessions())
+            yield
+
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    return CragServer(app=app, runs=runs, store=store, auth=bool(key))
+
+
+class _Plain:
+    """No middleware, for the mounted workflow server: given none, it would add a CORS layer
+    that lets every origin read its replies, where crag's guard (outside) allows only its own."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
 
 
 def tune_collector() -> None:
@@ -168,4 +187,4 @@ def serve(settings: Settings) -> None:
         file=sys.stderr,
     )
     tune_collector()
-    asyncio.run(crag_server.server.serve(host=host, port=port))
+    asyncio.run(uvicorn.Server(uvicorn.Config(crag_server.app, host=host, port=port)).serve())

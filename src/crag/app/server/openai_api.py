@@ -9,8 +9,9 @@
 The last user message is the question; the turns before it make a follow-up standalone
 (`QueryCondenser`, recorded in the run's trace). The content is the cited answer, `[n]`
 markers and all, followed by its sources; the `crag` field adds the verdict, the sources and
-the link to the run's trace. Each run goes through the server's own run route (inner.py), so
-the API key, admission control, the store gate and the question check apply as to any run.
+the link to the run's trace. Each run starts through the server's `RunService` (crag.app.runs),
+so admission control, the store's check and the question check apply as to any run, and it
+is recorded with the others (`/handlers`, the live page); the API key is the app's.
 """
 
 from __future__ import annotations
@@ -23,19 +24,18 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp
 
-from crag.app.server.inner import InnerResponse, call
+from crag.app.runs import Run, RunRefused, RunService
 from crag.app.server.openai_errors import openai_error
 from crag.app.server.openai_request import MODEL_ID, BadRequest, ChatRequest, parse
+from crag.errors import redact
 from crag.events import AnswerDeltaEvent, CragResult
 
 RESTARTED = "\n\n(The model failed mid-answer; the extractive answer follows.)\n\n"
 
 
-def openai_routes(app: ASGIApp, workflow_name: str) -> list[Route]:
-    """`POST /v1/chat/completions` and `GET /v1/models`, running `workflow_name` through `app`'s
-    own routes (give the server's whole app: its middleware is what applies to each run)."""
+def openai_routes(runs: RunService) -> list[Route]:
+    """`POST /v1/chat/completions` and `GET /v1/models`, each run started by `runs`."""
     created = int(time.time())
 
     async def models(request: Request) -> JSONResponse:
@@ -45,17 +45,15 @@ def openai_routes(app: ASGIApp, workflow_name: str) -> list[Route]:
     async def completions(request: Request) -> Response:
         try:
             chat = parse(await request.body())
-            handler_id = await _start(app, request, workflow_name, chat)
+            run = await _start(runs, chat)
         except BadRequest as exc:
             return openai_error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
-        events = await call(app, request.scope, "GET", f"/events/{handler_id}",
-                            query="sse=false&after_sequence=-1")
-        reply = _Reply(handler_id, str(request.base_url).rstrip("/"))
+        reply = _Reply(run, str(request.base_url).rstrip("/"))
         if chat.stream:
-            return StreamingResponse(reply.stream(events, chat.include_usage), media_type="text/event-stream",
+            return StreamingResponse(reply.stream(chat.include_usage), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         try:
-            result = await reply.result(events)
+            result = await reply.result()
         except BadRequest as exc:
             return openai_error(exc.status, exc.message, code=exc.code)
         return JSONResponse(reply.whole(result))
@@ -66,60 +64,43 @@ def openai_routes(app: ASGIApp, workflow_name: str) -> list[Route]:
     ]
 
 
-async def _start(app: ASGIApp, request: Request, workflow_name: str, chat: ChatRequest) -> str:
-    """Start the run through the server's own route; its handler id, or `BadRequest` saying
-    why the route refused (a 400 question, a 503 with the seconds to wait in `code`)."""
+async def _start(runs: RunService, chat: ChatRequest) -> Run:
+    """Start the run; `BadRequest` saying why it was refused (a 400 question, a 503 with the
+    seconds to wait)."""
     start = {"query": chat.question, "history": [t.model_dump() for t in chat.history]}
-    response = await call(app, request.scope, "POST", f"/workflows/{workflow_name}/run-nowait",
-                          body={"start_event": start})
-    body = await _json(response)
-    if response.status == 200 and isinstance(body.get("handler_id"), str):
-        return body["handler_id"]
-    detail = str(body.get("detail") or f"the run could not start ({response.status})")
-    if response.status == 503:  # busy, or the store cannot record runs: come back later
-        retry = {"Retry-After": response.headers.get("retry-after", "5")}
-        raise BadRequest(detail, status=503, code="server_busy", headers=retry)
-    if 400 <= response.status < 500:
-        raise BadRequest(detail, param="messages" if response.status == 400 else None, status=response.status)
-    raise BadRequest(detail, status=502)
-
-
-async def _json(response: InnerResponse) -> dict[str, Any]:
     try:
-        body = await response.json()
-    except Exception:  # noqa: BLE001 - an unreadable refusal still has its status
-        return {}
-    return body if isinstance(body, dict) else {}
+        return await runs.start(start)
+    except RunRefused as refused:
+        if refused.status == 503:  # busy, or the store cannot record runs: come back later
+            retry = {"Retry-After": str(refused.retry_after or 5)}
+            raise BadRequest(str(refused), status=503, code="server_busy", headers=retry) from None
+        raise BadRequest(str(refused), param="messages" if refused.status == 400 else None,
+                         status=refused.status) from None
 
 
 class _Reply:
     """One run's events as an OpenAI reply, whole or chunk by chunk."""
 
-    def __init__(self, handler_id: str, base_url: str) -> None:
-        self.id = f"chatcmpl-{handler_id}"
-        self.handler_id = handler_id
-        self.trace_url = f"{base_url}/handlers/{handler_id}/trace"
+    def __init__(self, run: Run, base_url: str) -> None:
+        self.run = run
+        self.id = f"chatcmpl-{run.handler_id}"
+        self.handler_id = run.handler_id
+        self.trace_url = f"{base_url}/handlers/{run.handler_id}/trace"
         self.created = int(time.time())
 
-    async def events(self, events: InnerResponse) -> AsyncIterator[AnswerDeltaEvent | CragResult]:
-        """The run's answer deltas, then its result; `BadRequest` (502) if it failed."""
-        async for line in events.lines():
-            envelope = json.loads(line)
-            kind, value = envelope.get("type"), envelope.get("value") or {}
-            if kind == AnswerDeltaEvent.__name__:
-                yield AnswerDeltaEvent.model_validate(value)
-            elif kind == "StopEvent":
-                yield CragResult.model_validate(value.get("result"))
-                return
-            elif kind in ("WorkflowFailedEvent", "WorkflowCancelledEvent", "WorkflowTimedOutEvent"):
-                reason = value.get("exception_message") or value.get("reason") or kind
-                raise BadRequest(f"The run did not finish: {reason}", status=502, code="run_failed")
-        raise BadRequest("The run's event stream ended without a result.", status=502, code="run_failed")
+    async def events(self) -> AsyncIterator[AnswerDeltaEvent | CragResult]:
+        """The run's answer deltas, then its result; `BadRequest` (502) if it did not finish."""
+        async for event in self.run.events():
+            if isinstance(event, AnswerDeltaEvent):
+                yield event
+        yield await self.result()
 
-    async def result(self, events: InnerResponse) -> CragResult:
-        items = [item async for item in self.events(events)]  # read to the end: the stream closes
-        assert isinstance(items[-1], CragResult)  # events() ends with the result, or raises
-        return items[-1]
+    async def result(self) -> CragResult:
+        try:
+            return await self.run.result()
+        except Exception as exc:  # noqa: BLE001 - failed, cancelled or timed out: said, not raised
+            reason = redact(str(exc)) or type(exc).__name__
+            raise BadRequest(f"The run did not finish: {reason}", status=502, code="run_failed") from None
 
     def whole(self, result: CragResult) -> dict[str, Any]:
         message = {"role": "assistant", "content": result.answer + sources_text(result)}
@@ -130,12 +111,13 @@ class _Reply:
             "crag": self.extra(result),
         }
 
-    async def stream(self, events: InnerResponse, include_usage: bool) -> AsyncIterator[str]:
+    async def stream(self, include_usage: bool) -> AsyncIterator[str]:
         """`data: {chunk}` lines: the role, each delta, the sources, the end (with `crag`),
         the usage if asked for, then `data: [DONE]`."""
         yield self._chunk({"role": "assistant", "content": ""}, include_usage)
+        ended = False
         try:
-            async for item in self.events(events):
+            async for item in self.events():
                 if isinstance(item, AnswerDeltaEvent):
                     text = (RESTARTED if item.restart else "") + item.delta
                     if text:
@@ -145,8 +127,13 @@ class _Reply:
                 yield self._chunk({}, include_usage, finish="stop", crag=self.extra(item))
                 if include_usage:
                     yield _sse({**self._head("chat.completion.chunk"), "choices": [], "usage": usage(item)})
+            ended = True
         except BadRequest as exc:  # the response has begun: the error is the stream's last event
+            ended = True
             yield _sse({"error": {"message": exc.message, "type": "server_error", "param": None, "code": exc.code}})
+        finally:
+            if not ended:  # the client went away mid-answer: nobody will read the rest
+                await self.run.cancel()
         yield "data: [DONE]\n\n"
 
     def extra(self, result: CragResult) -> dict[str, Any]:

@@ -6,42 +6,38 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from llama_agents.server import AbstractWorkflowStore, HandlerQuery
+from llama_agents.server import HandlerQuery
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
-from workflows import Workflow
 
 from crag.app.render import trace_html
 from crag.app.render.explain import explanation_html, file_page_link
 from crag.app.render.live import live_html
 from crag.app.server.files import files_route
 from crag.app.server.listing import handlers_route
+from crag.app.runs import WORKFLOW_NAME
 from crag.events import CragResult
 from crag.index import ChunkIndex
 
 if TYPE_CHECKING:
+    from crag.app.runs import RunService
     from crag.app.server.upkeep import Upkeep
 
-WORKFLOW_NAME = "crag"
-
-
-def crag_routes(
-    workflow: Workflow, index: ChunkIndex, store: AbstractWorkflowStore, store_kind: str, *, auth: bool,
-    upkeep: Upkeep | None = None,
-) -> list[Route]:
+def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep | None = None) -> list[Route]:
     """`GET /health`, `GET /` (the live page), `GET /handlers/{handler_id}/trace`,
     `GET /handlers/{handler_id}/explanation` (the why of a finished run, an HTML fragment) and
     `GET /handlers` a page at a time (listing.py), and `GET /files/{file_id}`, a document the
-    index lists, for citations to open (files.py)."""
-    live = live_html(workflow)  # the same for every request: drawn once
+    index lists, for citations to open (files.py). Each reads what `runs` serves now."""
+    live = live_html(runs.workflow)  # the same for every request (a reload keeps the graph): drawn once
+    store = runs.store
 
     async def health(request: Request) -> JSONResponse:
         """Open to all (load balancers): says what is served, never where or with what key."""
         body: dict[str, Any] = {
             "status": "healthy",
             "workflows": [WORKFLOW_NAME],
-            "index": {"chunks": len(index), "files": len(index.manifest)},
+            "index": _index_size(runs.index),
             "store": store_kind,
             "auth": auth,
         }
@@ -65,10 +61,9 @@ def crag_routes(
     async def finished(request: Request) -> CragResult | JSONResponse:
         """The finished run's result, or the JSON error to answer instead (404, 409)."""
         handler_id = request.path_params["handler_id"]
-        found = await store.query(HandlerQuery(handler_id_in=[handler_id]))
-        if not found:
+        handler = await runs.finished(handler_id)
+        if handler is None:
             return JSONResponse({"detail": f"No run {handler_id!r}."}, status_code=404)
-        handler = found[0]
         if handler.status == "running":
             return JSONResponse({"detail": "The run has not finished; its trace is drawn when it has."},
                                 status_code=409)
@@ -86,7 +81,7 @@ def crag_routes(
         if isinstance(result, JSONResponse):
             return result
         title = f"crag run {request.path_params['handler_id']}"
-        return HTMLResponse(trace_html(workflow, result.trace, title=title, link=file_page_link))
+        return HTMLResponse(trace_html(runs.workflow, result.trace, title=title, link=file_page_link))
 
     async def explanation(request: Request) -> Response:
         """The why of a finished run, for the live page: an HTML fragment."""
@@ -103,5 +98,9 @@ def crag_routes(
         Route("/handlers/{handler_id}/trace", trace_page, methods=["GET"]),
         Route("/handlers/{handler_id}/explanation", explanation, methods=["GET"]),
         handlers_route(store),
-        *([files_route(index.path)] if index.path is not None else []),
+        *([files_route(runs.index.path)] if runs.index is not None and runs.index.path is not None else []),
     ]
+
+
+def _index_size(index: ChunkIndex | None) -> dict[str, int] | None:
+    return {"chunks": len(index), "files": len(index.manifest)} if index is not None else None

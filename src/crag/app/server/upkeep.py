@@ -12,7 +12,7 @@ Health. The store's probe is a heartbeat: a real write, in a thread for SQLite, 
 connection for PostgreSQL, given up (not waited for, bounded.py) after `PROBE_TIMEOUT`. A
 read would pass on a full disk (SQLite), and taking the lock without writing would too; a
 probe of the store's own pool would queue behind the requests a frozen database holds.
-Callers at the same moment share one probe; a run request (storegate.py) also takes an
+Callers at the same moment share one probe; a run's start (crag.app.runs) also takes an
 answer up to `PROBE_REUSE` seconds old, so that a burst of runs costs one probe a second.
 
 Blocking work (SQLite, file system) runs in a thread; each probe has a time limit.
@@ -26,7 +26,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ _HEARTBEAT_DDL = "CREATE TABLE IF NOT EXISTS crag_servers (server_id TEXT PRIMAR
 
 
 class LiveRuns:
-    """The run ids this process is running (kept up by `admission.track_runs`)."""
+    """The run ids this process is running (kept up by `crag.app.runs.RunService`)."""
 
     def __init__(self) -> None:
         self.server_id = uuid.uuid4().hex[:12]
@@ -224,27 +224,11 @@ class Upkeep:
                 last_prune = time.monotonic()
             await asyncio.sleep(every)
 
-
-def around_lifespan(app: Any, context: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
-    """Run `context()` inside the app's lifespan: entered once what the app already starts has
-    started (the run store), left before that stops."""
-    inner = app.router.lifespan_context
-
     @asynccontextmanager
-    async def lifespan(application: Any) -> AsyncIterator[None]:
-        async with inner(application), context():
-            yield
-
-    app.router.lifespan_context = lifespan
-
-
-def with_upkeep(app: Any, upkeep: Upkeep, every: float, also: Callable[[], Any] | None = None) -> None:
-    """Run `upkeep` (and `also()`, a coroutine) beside the app, from its startup (after the
-    store starts) to its shutdown."""
-
-    @asynccontextmanager
-    async def running() -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(upkeep.run_forever(every))]
+    async def running(self, every: float, also: Callable[[], Awaitable[Any]] | None = None) -> AsyncIterator[None]:
+        """Upkeep every `every` seconds (and `also()`, a coroutine, beside it) for the length of
+        the block; this server leaves the heartbeat table when it ends."""
+        tasks = [asyncio.create_task(self.run_forever(every))]
         if also is not None:
             tasks.append(asyncio.create_task(also()))
         try:
@@ -252,22 +236,7 @@ def with_upkeep(app: Any, upkeep: Upkeep, every: float, also: Callable[[], Any] 
         finally:
             for task in tasks:
                 task.cancel()
-            await upkeep.leave()
-
-    around_lifespan(app, running)
-
-
-def closing_on_shutdown(app: Any, close: Callable[[], Awaitable[None]]) -> None:
-    """Await `close()` when the app shuts down (a pool opened on the app's event loop)."""
-
-    @asynccontextmanager
-    async def open_until_shutdown() -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            await close()
-
-    around_lifespan(app, open_until_shutdown)
+            await self.leave()
 
 
 class _sqlite:  # noqa: N801 - a context manager, used like a function

@@ -1,0 +1,240 @@
+"""The one way any door runs a question: `RunService`.
+
+`crag serve`'s run routes, its OpenAI door, its `/mcp` tools and `crag mcp` over stdio all
+start, stream, cancel and record their runs here, so each run passes the same checks in the
+same order and lands in the same store (the live page, `/handlers` and the trace pages show
+runs from every door):
+
+1. the question: empty, overlong or not text is refused (400) before anything starts;
+2. the store: while it cannot record runs, refused at once with its reason (503);
+3. admission: at most `[server] max_runs` in flight and `max_queue` waiting (503 beyond);
+4. the run itself, recorded by the workflow server under its handler id, with its own budget
+   (`RecordedWorkflow.run`) and the run timeout; the admission place is given back when the
+   run ends, however it ends.
+
+The service also holds what is being served (the workflow and its index), so that a reload
+(`serve`) changes it for every door and for `/health` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from workflows.events import StartEvent
+
+from crag.errors import CragError
+
+if TYPE_CHECKING:
+    from llama_agents.client.protocol import HandlerData
+    from llama_agents.server import AbstractWorkflowStore, PersistentHandler, WorkflowServer
+    from workflows.events import Event
+    from workflows.handler import WorkflowHandler
+
+    from crag.events import CragResult
+    from crag.index import ChunkIndex
+    from crag.workflows import CorrectiveRAGWorkflow
+
+WORKFLOW_NAME = "crag"
+
+
+class RunRefused(CragError):
+    """No run was started: `status` is the HTTP status that says why (400, 409, 503)."""
+
+    def __init__(self, message: str, *, status: int, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class Place(Protocol):
+    """An admission place, given back once (`crag.app.server.admission.Slot`)."""
+
+    def release(self) -> None: ...
+
+
+class Admitting(Protocol):
+    """Admission control (`crag.app.server.admission.Admission`)."""
+
+    max_runs: int
+    max_queue: int
+
+    async def acquire(self) -> Place | None: ...
+
+    def retry_after(self) -> int: ...
+
+
+StoreProblem = Callable[[], Awaitable["str | None"]]  # why the store cannot record runs now
+
+
+@dataclass
+class Run:
+    """A started run: its handler id, and the run itself (awaitable, cancellable)."""
+
+    handler_id: str
+    run_id: str
+    record: HandlerData  # as the store recorded it at the start
+    handler: WorkflowHandler[Any]
+
+    async def events(self) -> AsyncIterator[Event]:
+        """The run's events as they happen, ending with its `StopEvent` (or the engine's
+        failed, cancelled or timed-out one), read from the run itself: what the store records
+        and `GET /events/{id}` sends, without a round trip through the store. Once per run."""
+        async for event in self.handler.stream_events():
+            yield event
+
+    async def result(self) -> CragResult:
+        """The run's result; the run's own error if it failed, was cancelled or timed out."""
+        return await self.handler
+
+    async def cancel(self) -> None:
+        """Stop the run; it is recorded as cancelled."""
+        if not self.handler.is_done():
+            await self.handler.cancel_run()
+
+
+class RunService:
+    """Starts, streams, cancels and records runs of the served workflow (module docstring)."""
+
+    def __init__(
+        self,
+        server: WorkflowServer,
+        store: AbstractWorkflowStore,
+        workflow: CorrectiveRAGWorkflow,
+        index: ChunkIndex | None,
+        *,
+        admission: Admitting | None = None,
+        store_problem: StoreProblem | None = None,
+        live: set[str] | None = None,
+    ) -> None:
+        self.server = server
+        self.store = store
+        self.admission = admission
+        self.store_problem = store_problem
+        self.live = live if live is not None else set()  # run ids running here (the heartbeat's)
+        self._watchers: set[asyncio.Task[None]] = set()  # held, so that none is collected early
+        self.serve(workflow, index)
+
+    # --- what is served ------------------------------------------------------------------------
+
+    def serve(self, workflow: CorrectiveRAGWorkflow, index: ChunkIndex | None) -> None:
+        """Serve `workflow` (on `index`) from the next run on; running ones keep theirs."""
+        self.server.add_workflow(WORKFLOW_NAME, workflow)
+        self.workflow, self.index = workflow, index
+
+    # --- runs ----------------------------------------------------------------------------------
+
+    async def start(self, start: Mapping[str, Any] | StartEvent, *, handler_id: str | None = None) -> Run:
+        """Start a run of the served workflow with `start` (its start event's fields: `query`,
+        and `history` for a follow-up), recorded as `handler_id` (a new one if None).
+        `RunRefused` if it cannot start, saying why; nothing is started or held then."""
+        start_event = self._start_event(start)
+        if handler_id is not None and await self.store.query(_by_id(handler_id)):
+            raise RunRefused(f"A run {handler_id!r} exists already; a handler id names one run.", status=409)
+        if self.store_problem is not None and (problem := await self.store_problem()) is not None:
+            raise RunRefused(f"No run was started: {problem}. GET /health says when it can record "
+                             "runs again.", status=503, retry_after=STORE_RETRY_AFTER)
+        place = await self._place()
+        try:
+            from crag._compat.workflow_server import HandlerAlreadyRunningError, start_run
+
+            try:
+                record, handler = await start_run(self.server, self.workflow, handler_id or _new_id(),
+                                                  start_event)
+            except HandlerAlreadyRunningError as exc:  # the same id sent twice at once
+                raise RunRefused(str(exc), status=409) from None
+        except BaseException:
+            if place is not None:
+                place.release()
+            raise
+        run = Run(record.handler_id, str(record.run_id), record, handler)
+        self._watch(run, place)
+        return run
+
+    async def finished(self, handler_id: str) -> PersistentHandler | None:
+        """The stored record of the run `handler_id`, whatever its door, or None."""
+        found = await self.store.query(_by_id(handler_id))
+        return found[0] if found else None
+
+    @asynccontextmanager
+    async def admitted(self) -> AsyncIterator[None]:
+        """Hold an admission place for work that is not a run (MCP `search`); `RunRefused`
+        when every place and queue place is taken."""
+        place = await self._place()
+        try:
+            yield
+        finally:
+            if place is not None:
+                place.release()
+
+    def _start_event(self, start: Mapping[str, Any] | StartEvent) -> StartEvent:
+        """`start` as the workflow's start event, its question checked as a run would check it."""
+        from pydantic import ValidationError
+
+        from crag.errors import QueryError
+        from crag.workflows.base import check_query
+
+        try:
+            event = start if isinstance(start, StartEvent) else \
+                self.workflow.start_event_class.model_validate(dict(start))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'start event'}: {e['msg']}"
+                                 for e in exc.errors())
+            raise RunRefused(f"The run cannot start: {problems}.", status=400) from None
+        try:
+            json.dumps(event.model_dump(mode="json"), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # a "\ud800" escape decodes to a lone surrogate
+            raise RunRefused("The request holds a lone surrogate (a \\ud800-\\udfff escape with no "
+                             "pair), which is not text; send valid Unicode.", status=400) from None
+        try:
+            check_query(getattr(event, "query", ""))
+        except QueryError as exc:
+            raise RunRefused(str(exc), status=400) from None
+        return event
+
+    async def _place(self) -> Place | None:
+        if self.admission is None:
+            return None
+        place = await self.admission.acquire()
+        if place is None:
+            retry = self.admission.retry_after()
+            raise RunRefused(f"The server is busy ({self.admission.max_runs} runs in flight, "
+                             f"{self.admission.max_queue} waiting); ask again in {retry} s.",
+                             status=503, retry_after=retry)
+        return place
+
+    def _watch(self, run: Run, place: Place | None) -> None:
+        """Give the place back, and drop the run from `live`, when the run ends."""
+        self.live.add(run.run_id)
+
+        async def until_end() -> None:
+            try:
+                await run.handler.stop_event_result()
+            except BaseException:  # noqa: BLE001 - however the run ended, its place is free
+                pass
+            finally:
+                if place is not None:
+                    place.release()
+                self.live.discard(run.run_id)
+
+        task = asyncio.create_task(until_end())
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+
+STORE_RETRY_AFTER = 5  # seconds: a store outage outlasts a busy moment
+
+
+def _by_id(handler_id: str) -> Any:
+    from llama_agents.server import HandlerQuery
+
+    return HandlerQuery(handler_id_in=[handler_id])
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex

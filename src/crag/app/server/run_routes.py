@@ -1,0 +1,89 @@
+"""`POST /workflows/crag/run` and `/run-nowait`, in the workflow server's request and reply
+shapes (so llama-agents-client and the live page work unchanged), started by `RunService`.
+
+    {"start_event": {"query": "…", "history": [...]}, "handler_id": "optional"}
+
+The start event may also come as an envelope (`{"type": …, "value": {…}}`), as a JSON string,
+or under `kwargs`, as the server's own routes take it. A refusal is `{"detail": "…"}` with
+its status (400, 409, 503 with `Retry-After`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_agents.client.protocol.serializable_events import EventEnvelope
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from crag._compat.llama_agents import handler_data_from_persistent
+from crag.app.runs import WORKFLOW_NAME, RunRefused, RunService
+
+
+def run_routes(service: RunService) -> list[Route]:
+    """The two run routes of the served workflow, `WORKFLOW_NAME`."""
+
+    async def run_nowait(request: Request) -> JSONResponse:
+        try:
+            start, handler_id = await _run_request(request, service)
+            run = await service.start(start, handler_id=handler_id)
+        except RunRefused as refused:
+            return refusal(refused)
+        return JSONResponse(run.record.model_dump())
+
+    async def run_and_wait(request: Request) -> JSONResponse:
+        try:
+            start, handler_id = await _run_request(request, service)
+            run = await service.start(start, handler_id=handler_id)
+        except RunRefused as refused:
+            return refusal(refused)
+        try:
+            await run.result()
+        except BaseException as exc:  # noqa: BLE001 - the record says how it ended
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+        stored = await service.finished(run.handler_id)
+        data = handler_data_from_persistent(stored) if stored is not None else run.record
+        return JSONResponse(data.model_dump(), status_code=200 if data.status == "completed" else 500)
+
+    return [
+        Route(f"/workflows/{WORKFLOW_NAME}/run", run_and_wait, methods=["POST"]),
+        Route(f"/workflows/{WORKFLOW_NAME}/run-nowait", run_nowait, methods=["POST"]),
+    ]
+
+
+def refusal(refused: RunRefused) -> JSONResponse:
+    headers = {"Retry-After": str(refused.retry_after)} if refused.retry_after is not None else None
+    return JSONResponse({"detail": str(refused)}, status_code=refused.status, headers=headers)
+
+
+async def _run_request(request: Request, service: RunService) -> tuple[Any, str | None]:
+    """The start event and handler id a run request names; `RunRefused` (400) if unreadable."""
+    try:
+        body = await request.json()
+    except RecursionError:
+        raise RunRefused("The request body is JSON nested too deeply to read; a run request is a "
+                         "flat object.", status=400) from None
+    except ValueError as exc:
+        raise RunRefused(f"The request body is not JSON: {exc}.", status=400) from None
+    if not isinstance(body, dict):
+        raise RunRefused("A run request is a JSON object with a `start_event`.", status=400)
+    if body.get("context"):
+        raise RunRefused("A run cannot start from a given context: each crag run starts afresh.",
+                         status=400)
+    handler_id = body.get("handler_id")
+    if handler_id is not None and (not isinstance(handler_id, str) or not handler_id.strip()):
+        raise RunRefused("`handler_id` must be a non-empty string.", status=400)
+    start = body.get("start_event", body.get("kwargs"))
+    if start is None:
+        raise RunRefused("The run request names no question: send {\"start_event\": {\"query\": …}}.",
+                         status=400)
+    start_class = service.workflow.start_event_class
+    try:
+        event = EventEnvelope.parse(start, {start_class.__name__: start_class}, explicit_event=start_class)
+    except Exception:  # noqa: BLE001 - not an envelope: the event's fields, checked by the service
+        if isinstance(start, dict):
+            return start, handler_id
+        raise RunRefused("`start_event` must be an object with the question as `query`.", status=400) from None
+    return event, handler_id
