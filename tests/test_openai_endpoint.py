@@ -169,3 +169,34 @@ async def test_a_busy_server_is_an_openai_shaped_503_with_retry_after(sample_ind
         assert "12-year" in (await first).choices[0].message.content  # the slot is given back at the end
         again = await door.chat.completions.create(model="crag", messages=ask(QUESTION))
         assert again.model_extra["crag"]["verdict"] == "correct"
+
+
+def test_a_60_kb_non_ascii_conversation_is_read_as_sent(sample_index_dir: Path, tmp_path: Path) -> None:
+    """The cap is on the bytes the client sent: CJK text escaped by a re-send would pass it."""
+    earlier = "锂电池的保修期是多久？" * 1_800  # ~59 KB as UTF-8, ~119 KB as \\u escapes
+    messages = [{"role": "user", "content": earlier}, {"role": "assistant", "content": "—"}, *ask(QUESTION)]
+    with running(_settings(sample_index_dir, tmp_path / "s.db")) as url:
+        door = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
+        reply = door.chat.completions.create(model="crag", messages=messages)
+    assert reply.model_extra["crag"]["handler_id"]
+
+
+async def test_a_stream_whose_client_goes_away_cancels_its_run(sample_index_dir: Path, tmp_path: Path) -> None:
+    settings = _settings(sample_index_dir, tmp_path / "s.db")
+    grader = GatedGrader()
+    with uvicorn_serving(_server_with(settings, grader).app) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            body = {"model": "crag", "messages": ask(QUESTION), "stream": True}
+            async with http.stream("POST", "/v1/chat/completions", json=body) as reply:
+                first = await reply.aiter_lines().__anext__()  # the role chunk: the run has started
+                handler_id = first.split('"id": "chatcmpl-', 1)[1].split('"', 1)[0]
+                await _wait_for(lambda: grader.inside == 1)
+            # the client has gone; the run, held in its grading step, is cancelled and recorded so
+            status = ""
+            for _ in range(500):
+                status = (await http.get(f"/handlers/{handler_id}")).json()["status"]
+                if status != "running":
+                    break
+                await asyncio.sleep(0.02)
+        grader.gate.set()
+    assert status == "cancelled"

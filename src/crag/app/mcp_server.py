@@ -133,7 +133,7 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
         value = record.result.result if record is not None and record.result is not None else None
         if value is None:
             raise ResourceNotFoundError(
-                f"No finished run {run_id} here: over stdio, traces are kept for the last "
+                f"No run {run_id} here (or it has not finished): over stdio, traces are kept for the last "
                 f"{KEEP_TRACES} runs of this server process; ask again for a new one."
             )
         from crag.events import CragResult

@@ -97,6 +97,14 @@ class Run:
         if not self.handler.is_done():
             await self.handler.cancel_run()
 
+    def cancel_soon(self) -> None:
+        """`cancel()` in a task of its own: for a caller that is being cancelled itself (a
+        client gone mid-stream), whose own awaits would be cancelled too."""
+        if not self.handler.is_done():
+            task = asyncio.get_running_loop().create_task(self.cancel())
+            _DETACHED.add(task)
+            task.add_done_callback(_DETACHED.discard)
+
 
 class RunService:
     """Starts, streams, cancels and records runs of the served workflow (module docstring)."""
@@ -228,6 +236,7 @@ class RunService:
 
 
 STORE_RETRY_AFTER = 5  # seconds: a store outage outlasts a busy moment
+_DETACHED: set[asyncio.Task[None]] = set()  # held, so that a pending cancellation is not collected
 
 
 def _by_id(handler_id: str) -> Any:

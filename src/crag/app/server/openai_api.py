@@ -133,7 +133,7 @@ class _Reply:
             yield _sse({"error": {"message": exc.message, "type": "server_error", "param": None, "code": exc.code}})
         finally:
             if not ended:  # the client went away mid-answer: nobody will read the rest
-                await self.run.cancel()
+                self.run.cancel_soon()
         yield "data: [DONE]\n\n"
 
     def extra(self, result: CragResult) -> dict[str, Any]:
