@@ -9,7 +9,8 @@ The server's own routes run it and keep its runs (`POST /workflows/crag/run`,
     GET /handlers?limit=N&before=ID    the runs newest first, a page at a time (in place of the
                                        server's own, which lists every run at once)
     POST /v1/chat/completions          the OpenAI-compatible door (openai_api.py), model "crag";
-    GET /v1/models                     its runs go through the run route above (inner.py)
+    POST /v1/completions               its runs go through the run route above (inner.py); the
+    GET /v1/models[/crag]              legacy door asks its prompt as a chat (openai_legacy.py)
     /mcp                               the MCP door (mcp_route.py), streamable HTTP, with crag[mcp]
 
     auth.py        the API key check (middleware)
