@@ -136,8 +136,9 @@ def test_bad_requests_get_openai_shaped_4xx(
 
 def test_not_json_and_too_large_bodies_are_openai_shaped(base_url: str) -> None:
     auth = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    response = httpx.post(f"{base_url}/v1/chat/completions", content=b"{not json", headers=auth)
-    assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
+    for door in ("chat/completions", "completions"):
+        response = httpx.post(f"{base_url}/v1/{door}", content=b"{not json", headers=auth)
+        assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
     big = {"model": "crag", "messages": ask("x" * 30_000)}
     response = httpx.post(f"{base_url}/v1/chat/completions", json=big, headers=auth)
     assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
