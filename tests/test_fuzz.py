@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import string
 import tempfile
 from pathlib import Path
@@ -242,3 +243,46 @@ def test_stored_sentence_spans_give_exactly_the_sentences_splitting_gives(text_:
     from crag.text import sentence_spans, sentences
 
     assert sentences(text_, sentence_spans(text_)) == sentences(text_)
+
+
+# OpenAI request bodies: JSON built from the fields and values the door reads, and any bytes.
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from(["crag", "user", "text", "", "hi"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(
+        st.sampled_from(["role", "content", "type", "text", "include_usage"]), inner, max_size=3)),
+    max_leaves=12,
+)
+request_fields = st.sampled_from(["model", "messages", "prompt", "stream", "stream_options", "tools", "n",
+                                  "response_format", "tool_choice", "echo", "suffix", "logprobs", "best_of"])
+request_bodies = st.one_of(
+    st.binary(max_size=100),
+    st.dictionaries(request_fields, json_values, max_size=6).map(lambda d: json.dumps(d).encode()),
+)
+
+
+@given(request_bodies)
+def test_any_openai_request_body_is_read_or_is_a_bad_request(body: bytes) -> None:
+    from crag.app.server.openai_legacy import chat_body
+    from crag.app.server.openai_request import BadRequest, parse
+
+    for read in (parse, chat_body):
+        try:
+            read(body)
+        except BadRequest as exc:
+            assert 400 <= exc.status < 500 and exc.message
+
+
+question_parts = st.one_of(reply_parts, st.sampled_from(
+    ["Helio H10", "Python 3.12", "the", "it", "its", "They", "USB-C", "what", "Does", "Lumen's", "?"]))
+
+
+@given(st.lists(st.lists(question_parts, max_size=8).map(" ".join), min_size=1, max_size=5),
+       st.one_of(st.text(max_size=80), st.lists(question_parts, max_size=8).map(" ".join)))
+def test_any_follow_up_keeps_its_words_around_the_one_pronoun_replaced(earlier: list[str], follow_up: str) -> None:
+    from crag.events import Turn
+    from crag.steps.condensing import RuleCondenser
+
+    history = [Turn(role="user", content=q) for q in earlier]
+    standalone = asyncio.run(RuleCondenser().condense(follow_up, history))
+    around = re.split(r"\b(?:it|its|they|them|their|he|she|him|her|his)\b", follow_up, maxsplit=1, flags=re.I)
+    assert all(part in standalone for part in around)

@@ -136,8 +136,9 @@ def test_bad_requests_get_openai_shaped_4xx(
 
 def test_not_json_and_too_large_bodies_are_openai_shaped(base_url: str) -> None:
     auth = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    response = httpx.post(f"{base_url}/v1/chat/completions", content=b"{not json", headers=auth)
-    assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
+    for door in ("chat/completions", "completions"):
+        response = httpx.post(f"{base_url}/v1/{door}", content=b"{not json", headers=auth)
+        assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
     big = {"model": "crag", "messages": ask("x" * 30_000)}
     response = httpx.post(f"{base_url}/v1/chat/completions", json=big, headers=auth)
     assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
@@ -200,3 +201,120 @@ async def test_a_stream_whose_client_goes_away_cancels_its_run(sample_index_dir:
                 await asyncio.sleep(0.02)
         grader.gate.set()
     assert status == "cancelled"
+
+
+def test_the_model_is_retrieved_by_its_id_and_another_id_is_openais_404(client: openai.OpenAI) -> None:
+    model = client.models.retrieve("crag")
+    assert (model.id, model.object, model.owned_by) == ("crag", "model", "crag")
+    assert model.created == next(iter(client.models.list())).created
+    for other in ("gpt-4o", "org/some-model"):
+        with pytest.raises(openai.NotFoundError) as caught:
+            client.models.retrieve(other)
+        assert caught.value.body["code"] == "model_not_found" and caught.value.body["param"] == "model"
+        assert other in caught.value.body["message"]
+
+
+@pytest.mark.parametrize(("method", "path", "status", "allow"), [
+    ("POST", "/v1/embeddings", 404, None),
+    ("GET", "/v1/", 404, None),
+    ("DELETE", "/v1/files/file-1", 404, None),
+    ("GET", "/v1/chat/completions", 405, "POST"),
+    ("POST", "/v1/models", 405, "GET, HEAD"),
+    ("DELETE", "/v1/models/crag", 405, "GET, HEAD"),
+])
+def test_an_unknown_path_or_method_is_openai_shaped(
+    base_url: str, method: str, path: str, status: int, allow: str | None
+) -> None:
+    response = httpx.request(method, f"{base_url}{path}", headers={"Authorization": f"Bearer {KEY}"})
+    error = response.json()["error"]
+    assert response.status_code == status and response.headers.get("allow") == allow
+    assert error["type"] == "invalid_request_error" and error["param"] is None and error["code"] is None
+    assert path in error["message"] and method in error["message"]
+    if status == 404:
+        assert "POST /v1/chat/completions" in error["message"]  # it says what this server does answer
+
+
+def test_an_unknown_path_without_the_key_is_the_openai_shaped_401(base_url: str) -> None:
+    error = httpx.post(f"{base_url}/v1/embeddings", json={}).json()["error"]
+    assert error["type"] == "authentication_error" and error["code"] == "invalid_api_key"
+
+
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize(("extra", "param", "code"), [
+    ({"tools": [TOOL]}, "tools", "unsupported_parameter"),
+    ({"functions": [TOOL["function"]]}, "functions", "unsupported_parameter"),
+    ({"tool_choice": "required"}, "tool_choice", "unsupported_value"),
+    ({"function_call": {"name": "lookup"}}, "function_call", "unsupported_value"),
+    ({"response_format": {"type": "json_object"}}, "response_format", "unsupported_value"),
+    ({"n": 2}, "n", "unsupported_value"),
+    ({"logprobs": True}, "logprobs", "unsupported_value"),
+    ({"modalities": ["text", "audio"]}, "modalities", "unsupported_value"),
+])
+def test_what_crag_cannot_give_is_a_400_naming_the_parameter(
+    client: openai.OpenAI, extra: dict, param: str, code: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="crag", messages=ask(QUESTION), **extra)
+    assert caught.value.body["param"] == param and caught.value.body["code"] == code
+    assert caught.value.body["message"].startswith(f"'{param}': ")
+
+
+def test_what_asks_for_nothing_more_than_the_answer_is_accepted(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model="crag", messages=ask(QUESTION), tools=[], tool_choice="none", response_format={"type": "text"},
+        n=1, logprobs=False, temperature=0.2, max_tokens=50,
+    )
+    assert "12-year" in reply.choices[0].message.content
+
+
+def test_structured_output_gets_a_clear_error_not_none(client: openai.OpenAI) -> None:
+    from pydantic import BaseModel
+
+    class Warranty(BaseModel):
+        years: int
+
+    with pytest.raises(openai.BadRequestError) as caught:  # what LangChain's with_structured_output calls
+        client.chat.completions.parse(model="crag", messages=ask(QUESTION), response_format=Warranty)
+    assert caught.value.body["param"] == "response_format" and "json_schema" in caught.value.body["message"]
+    assert "not JSON" in caught.value.body["message"]
+
+
+def test_a_legacy_completion_answers_the_prompt_as_text(client: openai.OpenAI, base_url: str) -> None:
+    reply = client.completions.create(model="crag", prompt=QUESTION)
+    chat = client.chat.completions.create(model="crag", messages=ask(QUESTION))
+    assert reply.object == "text_completion" and reply.id.startswith("cmpl-") and reply.model == "crag"
+    assert reply.choices[0].text == chat.choices[0].message.content and reply.choices[0].finish_reason == "stop"
+    crag = reply.model_extra["crag"]
+    assert crag["verdict"] == "correct" and reply.id == f"cmpl-{crag['handler_id']}"
+    assert recorded(base_url, crag["handler_id"])["query"] == QUESTION  # a run like any other
+
+
+def test_a_legacy_completion_streams_text_chunks(client: openai.OpenAI) -> None:
+    chunks = list(client.completions.create(
+        model="crag", prompt=[QUESTION], stream=True, stream_options={"include_usage": True}
+    ))
+    whole = client.completions.create(model="crag", prompt=QUESTION).choices[0].text
+    assert all(c.object == "text_completion" for c in chunks)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole
+    assert chunks[-2].choices[0].finish_reason == "stop" and chunks[-1].usage is not None
+
+
+@pytest.mark.parametrize(("body", "status", "param", "code"), [
+    ({"model": "crag"}, 400, "prompt", None),
+    ({"model": "crag", "prompt": [QUESTION, QUESTION]}, 400, "prompt", None),
+    ({"model": "crag", "prompt": [1, 2, 3]}, 400, "prompt", None),
+    ({"model": "crag", "prompt": "   "}, 400, "prompt", None),
+    ({"model": "crag", "prompt": QUESTION, "echo": True}, 400, "echo", "unsupported_value"),
+    ({"model": "crag", "prompt": QUESTION, "best_of": 3}, 400, "best_of", "unsupported_value"),
+    ({"model": "crag", "prompt": QUESTION, "suffix": "!"}, 400, "suffix", "unsupported_value"),
+    ({"model": "davinci-002", "prompt": QUESTION}, 404, "model", "model_not_found"),
+])
+def test_bad_legacy_requests_get_openai_shaped_4xx(
+    client: openai.OpenAI, body: dict, status: int, param: str, code: str | None
+) -> None:
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.post("/completions", body=body, cast_to=object)
+    assert caught.value.status_code == status and caught.value.body["type"] == "invalid_request_error"
+    assert caught.value.body["param"] == param and caught.value.body["code"] == code

@@ -7,7 +7,9 @@ the run records); every run, from any door, starts through one `RunService` (cra
     GET  /health                       open to all: the served index's size, the store, whether keys are on
     GET  /handlers/{handler_id}/trace  a finished run's path on the graph, one offline HTML page
     GET  /handlers?limit=N&before=ID   the runs newest first, a page at a time
-    POST /v1/chat/completions          the OpenAI-compatible door (openai_api.py), model "crag"
+    POST /v1/chat/completions          the OpenAI-compatible door (openai_api.py), model "crag";
+    POST /v1/completions               the legacy door asks its prompt as a chat (openai_legacy.py)
+    GET  /v1/models[/crag]
     /mcp                               the MCP door (mcp_route.py), streamable HTTP, with crag[mcp]
 
     guard.py       Host/Origin, body size, no outside events (middleware); auth.py the API key

@@ -1,7 +1,9 @@
 """The OpenAI-compatible door: any OpenAI client asks crag as the model "crag".
 
     POST /v1/chat/completions   whole, or streamed as `chat.completion.chunk` server-sent events
+    POST /v1/completions        the legacy door: the prompt as the one question (openai_legacy.py)
     GET  /v1/models             lists the one model, "crag"
+    GET  /v1/models/crag        the model itself (another id: OpenAI's 404 `model_not_found`)
 
     client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key=CRAG_API_KEY or "none")
     reply = client.chat.completions.create(model="crag", messages=[{"role": "user", "content": "…"}])
@@ -12,6 +14,9 @@ markers and all, followed by its sources; the `crag` field adds the verdict, the
 the link to the run's trace. Each run starts through the server's `RunService` (crag.app.runs),
 so admission control, the store's check and the question check apply as to any run, and it
 is recorded with the others (`/handlers`, the live page); the API key is the app's.
+Every error under `/v1/`, an unknown path or method included, is in OpenAI's shape
+(openai_errors.py); what crag cannot give (tools, JSON output, several choices) is a 400 naming
+the parameter (openai_request.py).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from crag.app.runs import Run, RunRefused, RunService
-from crag.app.server.openai_errors import openai_error
+from crag.app.server.openai_errors import openai_error, unmatched
+from crag.app.server.openai_legacy import legacy_door
 from crag.app.server.openai_request import MODEL_ID, BadRequest, ChatRequest, parse
 from crag.errors import redact
 from crag.events import AnswerDeltaEvent, CragResult
@@ -35,12 +41,18 @@ RESTARTED = "\n\n(The model failed mid-answer; the extractive answer follows.)\n
 
 
 def openai_routes(runs: RunService) -> list[Route]:
-    """`POST /v1/chat/completions` and `GET /v1/models`, each run started by `runs`."""
-    created = int(time.time())
+    """The `/v1/` routes, each run started by `runs`, then `unmatched` for the rest."""
+    model = {"id": MODEL_ID, "object": "model", "created": int(time.time()), "owned_by": "crag"}
 
     async def models(request: Request) -> JSONResponse:
-        model = {"id": MODEL_ID, "object": "model", "created": created, "owned_by": "crag"}
         return JSONResponse({"object": "list", "data": [model]})
+
+    async def one_model(request: Request) -> JSONResponse:
+        asked = request.path_params["model"]
+        if asked != MODEL_ID:
+            return openai_error(404, f"The model '{asked}' does not exist; this server answers as \"{MODEL_ID}\".",
+                                param="model", code="model_not_found")
+        return JSONResponse(model)
 
     async def completions(request: Request) -> Response:
         try:
@@ -58,10 +70,13 @@ def openai_routes(runs: RunService) -> list[Route]:
             return openai_error(exc.status, exc.message, code=exc.code)
         return JSONResponse(reply.whole(result))
 
-    return [
+    routes = [
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", one_model, methods=["GET"]),  # ids may hold "/"
         Route("/v1/chat/completions", completions, methods=["POST"]),
+        Route("/v1/completions", legacy_door(completions), methods=["POST"]),
     ]
+    return [*routes, unmatched(routes)]
 
 
 async def _start(runs: RunService, chat: ChatRequest) -> Run:

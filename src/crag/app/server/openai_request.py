@@ -2,7 +2,10 @@
 whether to stream; anything unusable is a `BadRequest` naming the field, as OpenAI names it.
 
 Only what crag can honour is read. Sampling settings (`temperature`, `max_tokens`...) are
-accepted and ignored: crag's answer is written from the retrieved passages, not sampled.
+accepted and ignored: crag's answer is written from the retrieved passages, not sampled. What
+asks for another kind of reply (tool calls, JSON, several choices, log probabilities) is refused
+by `refuse_unsupported`: ignored, it would leave a client waiting for what never comes (a
+structured-output client reads `None` where it expected its object).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ def parse(body: bytes) -> ChatRequest:
     if model != MODEL_ID:
         raise BadRequest(f"The model '{model}' does not exist; this server answers as \"{MODEL_ID}\".",
                          param="model", status=404, code="model_not_found")
+    refuse_unsupported(payload)
     stream = _flag(payload, "stream")
     options = payload.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -61,6 +65,35 @@ def parse(body: bytes) -> ChatRequest:
     if asked is None:
         raise BadRequest("'messages' holds no user message: the last one is the question.", param="messages")
     return ChatRequest(turns[asked].content, turns[:asked], stream, include_usage)
+
+
+# Each parameter that asks for a reply crag cannot give, the values of it that ask for nothing
+# more than crag's plain answer, and why the others cannot be had.
+_UNSUPPORTED: dict[str, tuple[tuple[object, ...], str]] = {
+    "tools": ((None, []), "crag answers from its documents and calls no tools"),
+    "functions": ((None, []), "crag answers from its documents and calls no functions"),
+    "tool_choice": ((None, "none", "auto"), "crag calls no tools"),
+    "function_call": ((None, "none", "auto"), "crag calls no functions"),
+    "response_format": ((None, {"type": "text"}),
+                        "crag's answer is cited prose, not JSON: only {\"type\": \"text\"} is accepted; "
+                        "for structured output, have a model structure crag's answer"),
+    "n": ((None, 1), "crag gives one answer per question, written from the passages found, not sampled"),
+    "logprobs": ((None, False), "crag's answer has no token log probabilities"),
+    "top_logprobs": ((None, 0), "crag's answer has no token log probabilities"),
+    "modalities": ((None, ["text"]), "crag answers in text only"),
+    "audio": ((None,), "crag answers in text only"),
+}
+
+
+def refuse_unsupported(payload: dict, table: dict[str, tuple[tuple[object, ...], str]] = _UNSUPPORTED) -> None:
+    """`BadRequest` naming the first parameter in `payload` that asks for what crag cannot give."""
+    for name, (plain, why) in table.items():
+        value = payload.get(name)
+        if not any(value == p and type(value) is type(p) for p in plain):  # 1 but not True or 1.0
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise BadRequest(f"'{name}': {shown} is not supported: {why}.", param=name,
+                             code="unsupported_parameter" if name in ("tools", "functions") else "unsupported_value")
 
 
 def _flag(payload: dict, name: str, param: str | None = None) -> bool:
