@@ -157,6 +157,7 @@ def test_a_new_index_version_is_served_without_a_restart(sample_index_dir: Path,
     from conftest import SAMPLES
 
     from crag import ingest
+    from crag.index import ChunkIndex
 
     index, docs = tmp_path / "index", tmp_path / "docs"
     shutil.copytree(sample_index_dir, index)
@@ -165,6 +166,7 @@ def test_a_new_index_version_is_served_without_a_restart(sample_index_dir: Path,
     with running(_settings(index, store=str(tmp_path / "server.db"))) as url:
         before = _ask(url, question)
         assert "zorbulator" not in json.dumps(before["sources"]).lower()
+        files_before = httpx.get(f"{url}/health").json()["index"]
         (docs / "zorbulator.md").write_text("# Zorbulator 9000\n\nThe Zorbulator 9000 chassis is teal.\n")
         ingest([docs], index)
         deadline = time.monotonic() + 10
@@ -174,7 +176,10 @@ def test_a_new_index_version_is_served_without_a_restart(sample_index_dir: Path,
                 break
             assert time.monotonic() < deadline, "the new version was not picked up"
             time.sleep(0.5)
-        assert httpx.get(f"{url}/health").status_code == 200
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 200
+        served = ChunkIndex.load(index)  # /health reads the index served now, not the first one
+        assert health.json()["index"] == {"chunks": len(served), "files": len(served.manifest)} != files_before
 
         (index / "CURRENT.tmp").write_text("v999\n")  # a pointer to a version that is not there
         (index / "CURRENT.tmp").replace(index / "CURRENT")
