@@ -1,5 +1,6 @@
 """crag's house: each module imports only its own layer or lower ones, with no circles, and only
-`crag/_compat/` touches a dependency's private names.
+`crag/_compat/` touches a dependency's private names: by import, by attribute (`x._name`), or by
+overriding a private method of a dependency's class.
 
 Layers, low to high: the foundation (top-level modules such as errors, events, config; `crag.index`,
 `crag.models`, `crag._compat`) -> `crag.ingestion` -> `crag.steps` -> `crag.workflows` ->
@@ -10,6 +11,8 @@ for users' tests) stand above them all. Every import counts, those deferred into
 from __future__ import annotations
 
 import ast
+import importlib
+import types
 from pathlib import Path
 
 import pytest
@@ -96,6 +99,120 @@ def test_only_compat_touches_private_names_of_dependencies() -> None:
             if private:
                 leaks.append(f"{module}:{line} {base} {names}")
     assert leaks == []
+
+
+# Named privately, but what llama-index documents for a subclass to implement (its custom
+# embeddings guide; `_aparse_nodes` is `_parse_nodes` made async), beside the methods a
+# dependency's class declares abstract, which a subclass must implement.
+HOOKS = {"_get_text_embeddings", "_aget_text_embedding", "_aget_text_embeddings", "_aparse_nodes"}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _outside_compat(module: str) -> bool:
+    return not module.startswith("crag._compat")
+
+
+SOURCES = {m: p.read_text(encoding="utf-8") for m, p in MODULES.items() if _outside_compat(m)}
+
+
+def own_names(sources: dict[str, str]) -> set[str]:
+    """The names crag's source defines: functions, classes, arguments, imports, variables, and
+    attributes it assigns on `self` or `cls`. By name, so a dependency's private attribute that
+    shares its name with one of crag's own goes unseen; overrides are checked apart."""
+    names = set()
+    for source in sources.values():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.alias):
+                names.add((node.asname or node.name).split(".")[0])
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                  and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                names.add(node.attr)
+    return names
+
+
+def private_attributes(sources: dict[str, str]) -> list[str]:
+    """`module:line x._name` for each private attribute used whose name crag does not define."""
+    own = own_names(sources)
+    return [
+        f"{module}:{node.lineno} {ast.unparse(node)}"
+        for module, source in sources.items()
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own
+    ]
+
+
+def private_overrides(module: types.ModuleType) -> list[str]:
+    """`module.Class._name` for each method that a class of `module`, or a crag class it mixes
+    in, defines over a private method of a dependency's class it derives from, hooks aside."""
+    found = []
+    for cls in vars(module).values():
+        if not isinstance(cls, type) or cls.__module__ != module.__name__:
+            continue
+        theirs = [b for b in cls.__mro__ if not b.__module__.startswith("crag")]
+        for mine in cls.__mro__:
+            if mine in theirs or not _outside_compat(mine.__module__):
+                continue
+            for name, member in vars(mine).items():
+                member = getattr(member, "__func__", getattr(member, "fget", member))
+                if not _private(name) or getattr(member, "__module__", None) != mine.__module__:
+                    continue  # not crag's code (`_abc_impl`, what a metaclass adds)
+                if name in HOOKS or any(_abstract(base, name) for base in theirs):
+                    continue
+                found += [
+                    f"{mine.__module__}.{mine.__name__}.{name} overrides "
+                    f"{base.__module__}.{base.__qualname__}.{name}"
+                    for base in theirs
+                    if name in vars(base)
+                ]
+    return found
+
+
+def _abstract(cls: type, name: str) -> bool:
+    return getattr(vars(cls).get(name), "__isabstractmethod__", False)
+
+
+def test_only_compat_reaches_private_attributes_of_dependencies() -> None:
+    assert private_attributes(SOURCES) == []
+
+
+def test_only_compat_overrides_private_methods_of_dependencies() -> None:
+    overrides = {o for m in SOURCES for o in private_overrides(importlib.import_module(m))}
+    assert overrides == set()
+
+
+PLANTED = """
+from llama_agents.server import HandlerQuery, SqliteWorkflowStore
+
+
+class Store(SqliteWorkflowStore):
+    def _connect(self):
+        return super()._connect()
+
+
+def filters(store: SqliteWorkflowStore) -> object:
+    return store._build_filters(HandlerQuery())
+"""
+
+
+def test_the_guard_finds_a_planted_private_attribute_and_override() -> None:
+    planted = types.ModuleType("crag.app.planted")
+    exec(compile(PLANTED, "planted.py", "exec"), planted.__dict__)
+    assert private_attributes({**SOURCES, planted.__name__: PLANTED}) == [
+        "crag.app.planted:11 store._build_filters"
+    ]
+    assert private_overrides(planted) == [
+        "crag.app.planted.Store._connect overrides "
+        "llama_agents.server._store.sqlite.sqlite_workflow_store.SqliteWorkflowStore._connect"
+    ]
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -1,20 +1,29 @@
 """`GET /handlers` a page at a time: newest first, `limit` and `before`, the server's filters,
-the same pages from SQLite (SQL in a worker thread) as from any other store."""
+the same pages from SQLite (SQL in a worker thread) and PostgreSQL (keyset SQL on the store's
+pool) as from any other store."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
 import pytest
-from llama_agents.server import AbstractWorkflowStore, MemoryWorkflowStore, PersistentHandler
+from llama_agents.server import (
+    AbstractWorkflowStore,
+    HandlerQuery,
+    MemoryWorkflowStore,
+    PersistentHandler,
+)
 from starlette.applications import Starlette
 
 from crag.app.server.listing import DEFAULT_LIMIT, handlers_route
-from crag.app.server.stores import SqliteRunStore
+from crag.app.server.stores import PostgresRunStore, SqliteRunStore
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+POSTGRES_URL = os.environ.get("CRAG_TEST_POSTGRES_URL")
 
 
 async def _filled(store: AbstractWorkflowStore, n: int) -> list[str]:
@@ -32,13 +41,21 @@ async def _filled(store: AbstractWorkflowStore, n: int) -> list[str]:
     return [f"h{i:04d}" for i in reversed(range(n))]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> AbstractWorkflowStore:
-    return (
-        SqliteRunStore(str(tmp_path / "server.db"))
-        if request.param == "sqlite"
-        else MemoryWorkflowStore()
-    )
+@pytest.fixture(params=["sqlite", "postgresql", "memory"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AbstractWorkflowStore]:
+    if request.param == "sqlite":
+        yield SqliteRunStore(str(tmp_path / "server.db"))
+    elif request.param == "memory":
+        yield MemoryWorkflowStore()
+    else:
+        if not POSTGRES_URL:
+            pytest.skip("CRAG_TEST_POSTGRES_URL is not set")
+        store = PostgresRunStore(POSTGRES_URL)
+        every_run = HandlerQuery(status_in=["running", "completed", "failed", "cancelled"])
+        await store.delete(every_run)  # the pages count every run in the database
+        yield store
+        await store.delete(every_run)
+        await store.close()
 
 
 def _client(store: AbstractWorkflowStore) -> httpx.AsyncClient:

@@ -6,9 +6,12 @@ them is caught here, with the place to fix it, and not as an AttributeError in a
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
+import textwrap
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +34,17 @@ USED = [
      "is_terminal_status"),
     ("llama-agents-server", "llama_agents.server._store.postgres_workflow_store",
      "PostgresWorkflowStore"),
+    ("llama-agents-server", "llama_agents.server", "AbstractWorkflowStore._evict_run_state_stores"),
+    ("llama-agents-server", "llama_agents.server", "SqliteWorkflowStore._build_state_store"),
+    ("llama-agents-server", "llama_agents.server", "SqliteWorkflowStore._connect"),
+    ("llama-agents-server", "llama_agents.server._store.postgres_workflow_store",
+     "PostgresWorkflowStore._build_state_store"),
+    ("llama-agents-server", "llama_agents.server._store.postgres_workflow_store",
+     "PostgresWorkflowStore._ensure_pool"),
+    ("llama-index-workflows", "workflows", "Workflow._get_steps"),
+    ("llama-index-workflows", "workflows", "Workflow._step_functions_version"),
+    ("llama-index-core", "llama_index.core.postprocessor.types",
+     "BaseNodePostprocessor._apostprocess_nodes"),
 ]
 
 # Overridden methods whose parameters crag's overrides repeat.
@@ -40,7 +54,17 @@ SIGNATURES = {
     ("llama-index-llms-openai", "llama_index.llms.openai", "OpenAI._achat"):
         ["self", "messages", "kwargs"],
     ("openai", "openai", "OpenAI._make_status_error"): ["self", "err_msg", "body", "response"],
+    ("llama-agents-server", "llama_agents.server", "AbstractWorkflowStore._evict_run_state_stores"):
+        ["self", "run_id"],
+    ("llama-agents-server", "llama_agents.server", "SqliteWorkflowStore._build_state_store"):
+        ["self", "run_id", "namespace", "state_type", "serializer"],
+    ("llama-agents-server", "llama_agents.server", "SqliteWorkflowStore._connect"): ["self"],
+    ("llama-index-workflows", "workflows", "Workflow._get_steps"): ["self"],
 }
+
+# What SqliteOnOneConnection.run_base runs to its end without an event loop: coroutines that
+# must never await.
+NEVER_AWAIT = ["query", "update", "delete", "query_events", "append_tick", "get_ticks"]
 
 
 def _lookup(module: str, dotted: str) -> object:
@@ -67,3 +91,24 @@ def test_an_overridden_private_method_takes_the_same_parameters(
     found = list(inspect.signature(_lookup(module, name)).parameters)
     assert found == params, (f"{dist} {version(dist)} changed {module}.{name}{tuple(found)}: "
                              "crag/_compat/ overrides it with the old parameters.")
+
+
+@pytest.mark.parametrize("name", NEVER_AWAIT)
+def test_the_sqlite_stores_methods_crag_runs_on_its_thread_never_await(name: str) -> None:
+    from llama_agents.server import SqliteWorkflowStore
+
+    method = getattr(SqliteWorkflowStore, name)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+    awaits = [n for n in ast.walk(tree) if isinstance(n, (ast.Await, ast.AsyncFor, ast.AsyncWith))]
+    assert inspect.iscoroutinefunction(method) and not awaits, (
+        f"llama-agents-server {version('llama-agents-server')}: SqliteWorkflowStore.{name} now "
+        "awaits, and crag/_compat/llama_agents.py runs it to its end on the store's thread.")
+
+
+def test_the_stores_keep_the_private_state_crag_reads(tmp_path: Path) -> None:
+    from llama_agents.server import SqliteWorkflowStore
+
+    store = SqliteWorkflowStore(str(tmp_path / "server.db"))
+    missing = [a for a in ("_state_store_cache", "_conditions") if not hasattr(store, a)]
+    assert missing == [], (f"llama-agents-server {version('llama-agents-server')}: "
+                           f"SqliteWorkflowStore has no {missing}; update crag/_compat/llama_agents.py.")

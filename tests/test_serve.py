@@ -367,8 +367,8 @@ def test_the_server_process_freezes_what_it_loaded_and_collects_less_often() -> 
 
 
 async def test_on_postgresql_a_page_of_handlers_is_read_in_sql_not_the_whole_history(tmp_path: Path) -> None:
-    """Every page comes from a LIMIT query keyed on the `before` run: the store's own
-    `query`, which reads every matching run, is never called."""
+    """Every page's ids come from a LIMIT query keyed on the `before` run; the store's own
+    `query` reads those runs by id, never every matching run."""
     from llama_agents.server import HandlerQuery
     from test_listing import _client, _filled
 
@@ -380,10 +380,14 @@ async def test_on_postgresql_a_page_of_handlers_is_read_in_sql_not_the_whole_his
     try:
         ids = await _filled(store, 75)
 
-        async def whole_history(query: HandlerQuery) -> None:
-            raise AssertionError("GET /handlers read every run to cut one page")
+        read = store.query
 
-        store.query = whole_history  # type: ignore[method-assign]
+        async def by_id_only(query: HandlerQuery) -> list:
+            if query.handler_id_in is None or len(query.handler_id_in) > 20:
+                raise AssertionError("GET /handlers read every run to cut one page")
+            return await read(query)
+
+        store.query = by_id_only  # type: ignore[method-assign]
         seen: list[str] = []
         async with _client(store) as client:
             url = "/handlers?limit=20"

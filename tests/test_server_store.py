@@ -83,7 +83,7 @@ async def test_the_store_reads_and_writes_on_its_own_thread_never_the_event_loop
 ) -> None:
     store = SqliteRunStore(str(tmp_path / "server.db"))
     threads: set[int] = set()
-    store._connection.set_trace_callback(lambda _sql: threads.add(threading.get_ident()))
+    store.connection.set_trace_callback(lambda _sql: threads.add(threading.get_ident()))
     await store.update(_handler("a"))
     for n in range(5):
         await store.append_event("run-a", _envelope(StepProgressEvent(step=f"s{n}", status="started")))

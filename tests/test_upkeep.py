@@ -196,7 +196,7 @@ async def test_a_run_end_the_store_refuses_reads_failed_at_once_and_the_sweep_wr
     store = SqliteRunStore(str(db))
     await store.start()
     await store.update(_handler("cut", age=5))
-    await store._call(lambda: store._connection.execute("PRAGMA busy_timeout = 50"))  # not 30 s
+    await store._call(lambda: store.connection.execute("PRAGMA busy_timeout = 50"))  # not 30 s
     this = _upkeep(store, "sqlite", str(db), tmp_path)
     locker = sqlite3.connect(db)
     locker.execute("BEGIN EXCLUSIVE")

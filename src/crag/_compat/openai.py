@@ -1,4 +1,5 @@
-"""Private parts of the openai SDK and of llama-index's OpenAI classes that crag's model client uses.
+"""Private parts of the openai SDK and of llama-index's OpenAI classes that crag's model client uses
+(written against openai 2.54.0 and llama-index-llms-openai 0.8.3).
 
 llama-index's `OpenAI` builds its clients and reads replies in private methods; crag replaces
 four of them (`_get_credential_kwargs`, `_get_client`, `_get_aclient`, `_achat`) to set the
@@ -37,6 +38,13 @@ class _CheckedReplies:
 
     Mixed into llama-index's OpenAI classes; the openai client gets `_client_retries`.
     """
+
+    def set_client_limits(self, *, retries: int, max_in_flight: int, new_http_client: Any) -> None:
+        """The openai client's retries, the requests in flight at once (per event loop), and
+        what makes each async client's HTTP client."""
+        self._client_retries = retries
+        self._max_in_flight = max_in_flight
+        self._new_http_client = new_http_client
 
     def _in_flight(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()

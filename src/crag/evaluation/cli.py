@@ -6,14 +6,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from crag.cli_flags import add_budget_flags, budget_overrides
 
 _DEFAULT_TARGET = object()  # `--write` alone: --config if given, else ./crag.toml
 
 
-def add_evaluation_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `eval` and `calibrate` to the `crag` command's subcommands."""
+def add_evaluation_commands(sub: Any) -> None:
+    """Add `eval` and `calibrate` to the `crag` command's subcommands (`sub`: what
+    `ArgumentParser.add_subparsers()` returns, a type argparse names only privately)."""
     p = sub.add_parser(
         "eval",
         help="measure answer quality against plain RAG on labelled questions",

@@ -61,7 +61,7 @@ def openai_llm(settings: LLMSettings) -> LLM:
         )
     else:
         llm = checked_openai(**common)
-    llm._client_retries = settings.max_retries
-    llm._max_in_flight = MAX_IN_FLIGHT
-    llm._new_http_client = async_http_client
+    llm.set_client_limits(
+        retries=settings.max_retries, max_in_flight=MAX_IN_FLIGHT, new_http_client=async_http_client
+    )
     return llm

@@ -28,6 +28,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from crag import text
+from crag._compat.llama_index import has_own_async_path
 from crag._offload import off_loop, warm_up
 from crag.config import Settings
 from crag.errors import ConfigError, CragError, StepError
@@ -50,9 +51,7 @@ class LlamaIndexPostprocessor:
         self.name = name or type(postprocessor).__name__
         # One without its own async path only computes: all of it, copies included, runs in
         # crag's pool (llama-index's default would send it to asyncio's, a second pool).
-        self._sync_only = (
-            type(postprocessor)._apostprocess_nodes is BaseNodePostprocessor._apostprocess_nodes
-        )
+        self._sync_only = not has_own_async_path(postprocessor)
 
     def warm_up(self) -> None:
         warm_up(self.postprocessor)

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field
 from workflows import Context, Workflow
 
+from crag._compat.workflows import CachedStepLookup
 from crag._offload import run_sync
 from crag.budget import Budget, current_budget, spending
 from crag.config import BudgetSettings
@@ -48,7 +49,7 @@ class RecordedState(BaseModel):
     asked: str | None = None  # a follow-up as asked, before it was made standalone
 
 
-class RecordedWorkflow(Workflow):
+class RecordedWorkflow(CachedStepLookup, Workflow):
     """A workflow whose runs record a trace and their cost; `ask` runs one synchronously.
 
     Args:
@@ -100,17 +101,6 @@ class RecordedWorkflow(Workflow):
         from crag.display import html
 
         return html("workflow", self)
-
-    def _get_steps(self) -> dict[str, Any]:
-        # The engine looks the steps up (inspect.getmembers over the whole instance) each
-        # time a step runs: about 0.2 ms, eight times a run. They change only when a step is
-        # added to the class, which bumps the class's version.
-        version = type(self)._step_functions_version
-        cached = self.__dict__.get("_crag_steps")
-        if cached is None or cached[0] != version:
-            cached = (version, super()._get_steps())
-            self.__dict__["_crag_steps"] = cached
-        return dict(cached[1])
 
 
 def check_query(query: str) -> str:

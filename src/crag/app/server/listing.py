@@ -5,12 +5,13 @@ The server's own route (llama-agents-server 0.8) has filters but no limit: it re
 run with its result, on the event loop: with a few thousand finished runs, megabytes and
 seconds, and /health waited meanwhile. This route answers the same query parameters (`status`,
 `workflow_name`, repeated or not) and the same shape (`{"handlers": [...]}`), plus
-`"next_before"`: the `before` for the next page, or null on the last one. On SQLite the page
-is read with `ORDER BY ... LIMIT` on a connection of its own, and turned into JSON, in a
-worker thread. On PostgreSQL the same keyset query runs on the store's async pool (the
-`before` run's start time and id bound the page, so a page costs the same however long the
-history), and the page is serialised in a worker thread. Any other store (memory, in tests)
-is read whole and cut in a worker thread.
+`"next_before"`: the `before` for the next page, or null on the last one. The page's ids are
+read with a keyset query, `ORDER BY ... LIMIT` after the `before` run's start time and id, so
+a page costs the same however long the history: on SQLite on a connection of its own in a
+worker thread, on PostgreSQL on the store's async pool. The store's own `query` then reads
+those runs by id (its rows are its business, not crag's), and the page is turned into JSON
+in a worker thread. Any other store (memory, in tests) is read whole and cut in a worker
+thread.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from llama_agents.server import AbstractWorkflowStore, HandlerQuery, PersistentHandler
@@ -25,17 +27,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from crag._compat.llama_agents import handler_data_from_persistent
+from crag._compat.llama_agents import handler_data_from_persistent, postgres_pool
 from crag._bounded import given_up_after
-from crag.app.server.stores import POSTGRES_TIMEOUT, PostgresRunStore, SqliteRunStore
+from crag.app.server.stores import (
+    HANDLERS_TABLE,
+    POSTGRES_TIMEOUT,
+    PostgresRunStore,
+    SqliteRunStore,
+)
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 STATUSES = ("running", "completed", "failed", "cancelled")
-COLUMNS = (
-    "handler_id, workflow_name, status, run_id, error, result, "
-    "started_at, updated_at, completed_at, idle_since"
-)
 
 
 def handlers_route(store: AbstractWorkflowStore) -> Route:
@@ -57,29 +60,23 @@ def handlers_route(store: AbstractWorkflowStore) -> Route:
             workflow_name_in=_listed(params.getlist("workflow_name")),
         )
         if isinstance(store, SqliteRunStore):
-            body = await asyncio.to_thread(_sqlite_page, store, query, limit, before)
+            ids = await asyncio.to_thread(_sqlite_page, store.db_path, query, limit, before)
         elif isinstance(store, PostgresRunStore):
-            rows = await given_up_after(
+            ids = await given_up_after(
                 POSTGRES_TIMEOUT,
-                _postgres_rows(store, query, limit, before),
+                _postgres_page(store, query, limit, before),
                 "the postgresql run store",
-            )
-            body = (
-                None
-                if rows is None
-                else await asyncio.to_thread(
-                    lambda: _json(
-                        store.unrecorded.over([store._row_to_handler(row) for row in rows]), limit
-                    )
-                )
             )
         else:
             found = await store.query(query)
-            body = await asyncio.to_thread(_page_of, found, limit, before)
-        if body is None:
+            ids = await asyncio.to_thread(_page_of, found, limit, before)
+        if ids is None:
             return JSONResponse(
                 {"detail": f"No run {before!r} to list the runs before."}, status_code=404
             )
+        found = await store.query(HandlerQuery(handler_id_in=ids[:limit])) if ids else []
+        next_before = ids[limit - 1] if len(ids) > limit else None
+        body = await asyncio.to_thread(_json, found, ids, next_before)
         return Response(body, media_type="application/json")
 
     return Route("/handlers", handlers, methods=["GET"])
@@ -94,16 +91,31 @@ def _listed(values: list[str], allowed: tuple[str, ...] | None = None) -> list[A
     return [v for v in kept if v in allowed] if allowed else kept
 
 
-def _json(handlers: list[PersistentHandler], limit: int) -> bytes:
-    page = handlers[:limit]
+def _where(query: HandlerQuery, mark: Callable[[int], str]) -> tuple[list[str], list[Any]] | None:
+    """The SQL for the route's two filters, `mark(n)` the n-th value's placeholder; None when a
+    filter lists nothing, so no run matches."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, values in (("status", query.status_in), ("workflow_name", query.workflow_name_in)):
+        if values is None:
+            continue
+        if not values:
+            return None
+        marks = ", ".join(mark(len(params) + i + 1) for i in range(len(values)))
+        clauses.append(f"{column} IN ({marks})")
+        params.extend(values)
+    return clauses, params
+
+
+def _json(found: list[PersistentHandler], ids: list[str], next_before: str | None) -> bytes:
+    """The page in the order of `ids` (a run deleted since its id was read is left out)."""
+    by_id = {h.handler_id: h for h in found}
+    page = [by_id[i] for i in ids if i in by_id]
     items = [handler_data_from_persistent(h).model_dump(mode="json") for h in page]
-    more = len(handlers) > limit
-    return json.dumps(
-        {"handlers": items, "next_before": page[-1].handler_id if more else None}
-    ).encode()
+    return json.dumps({"handlers": items, "next_before": next_before}).encode()
 
 
-def _page_of(found: list[PersistentHandler], limit: int, before: str | None) -> bytes | None:
+def _page_of(found: list[PersistentHandler], limit: int, before: str | None) -> list[str] | None:
     ordered = sorted(
         found,
         key=lambda h: (h.started_at.isoformat() if h.started_at else "", h.handler_id),
@@ -114,17 +126,19 @@ def _page_of(found: list[PersistentHandler], limit: int, before: str | None) -> 
         if at is None:
             return None
         ordered = ordered[at + 1 :]
-    return _json(ordered, limit)
+    return [h.handler_id for h in ordered[: limit + 1]]
 
 
 def _sqlite_page(
-    store: SqliteRunStore, query: HandlerQuery, limit: int, before: str | None
-) -> bytes | None:
-    spec = store._build_filters(query)  # the store's own SQL for the server's filters
+    db_path: str, query: HandlerQuery, limit: int, before: str | None
+) -> list[str] | None:
+    """The page's ids, one more than `limit` (to tell whether another page follows), or None
+    when `before` names no run."""
+    spec = _where(query, lambda _: "?")
     if spec is None:
-        return _json([], limit)
-    clauses, params = list(spec[0]), list(spec[1])
-    connection = sqlite3.connect(store.db_path, timeout=30.0)  # a reader: WAL never blocks it
+        return []
+    clauses, params = spec
+    connection = sqlite3.connect(db_path, timeout=30.0)  # a reader: WAL never blocks it
     try:
         if before is not None:
             row = connection.execute(
@@ -137,33 +151,31 @@ def _sqlite_page(
             params.extend(row)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = connection.execute(
-            f"SELECT {COLUMNS} FROM handlers{where} "  # clauses are the store's, values bound
+            f"SELECT handler_id FROM handlers{where} "  # clauses are crag's, values bound
             "ORDER BY COALESCE(started_at, '') DESC, handler_id DESC LIMIT ?",
             (*params, limit + 1),
         ).fetchall()
     finally:
         connection.close()
-    return _json(
-        store.unrecorded.over([store._row_to_persistent_handler(row) for row in rows]), limit
-    )
+    return [row[0] for row in rows]
 
 
-async def _postgres_rows(
+async def _postgres_page(
     store: PostgresRunStore, query: HandlerQuery, limit: int, before: str | None
-) -> list[Any] | None:
-    """The page's rows (one more than `limit`, to tell whether another page follows), or
-    None when `before` names no run. Started times compare as timestamps; a run without one
-    sorts last, as the empty string does on SQLite."""
-    spec = store._build_filters(query)  # the store's own SQL ($1, $2...) for the server's filters
+) -> list[str] | None:
+    """As `_sqlite_page`, on the store's pool. Started times compare as timestamps; a run
+    without one sorts last, as the empty string does on SQLite."""
+    spec = _where(query, lambda n: f"${n}")
     if spec is None:
         return []
-    clauses, params = list(spec[0]), list(spec[1])
+    clauses, params = spec
     started = "COALESCE(started_at, '-infinity'::timestamptz)"
-    pool = await store._ensure_pool()
+    pool = await postgres_pool(store)
     async with pool.acquire() as connection:
         if before is not None:
             row = await connection.fetchrow(
-                f"SELECT {started} AS started, handler_id FROM {store._handlers_ref} WHERE handler_id = $1",
+                f"SELECT {started} AS started, handler_id FROM {HANDLERS_TABLE} "
+                "WHERE handler_id = $1",
                 before,
             )
             if row is None:
@@ -172,9 +184,10 @@ async def _postgres_rows(
             clauses.append(f"({started}, handler_id) < (${n + 1}, ${n + 2})")
             params.extend((row["started"], row["handler_id"]))
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        return await connection.fetch(
-            f"SELECT {COLUMNS} FROM {store._handlers_ref}{where} "  # clauses are the store's, values bound
+        rows = await connection.fetch(
+            f"SELECT handler_id FROM {HANDLERS_TABLE}{where} "  # clauses are crag's, values bound
             f"ORDER BY {started} DESC, handler_id DESC LIMIT ${len(params) + 1}",
             *params,
             limit + 1,
         )
+    return [row["handler_id"] for row in rows]

@@ -13,22 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
 from llama_agents.client.protocol.serializable_events import EventEnvelopeWithMetadata
-from llama_agents.server import (
-    AbstractWorkflowStore,
-    HandlerQuery,
-    PersistentHandler,
-    SqliteWorkflowStore,
-)
-from workflows.context.serializers import BaseSerializer
-from workflows.context.state_store import DictState, InMemoryStateStore
+from llama_agents.server import AbstractWorkflowStore, HandlerQuery, PersistentHandler
 from workflows.events import (
     InternalDispatchEvent,
     StopEvent,
@@ -40,6 +32,8 @@ from workflows.events import (
 from crag._compat.llama_agents import (
     RESUME_FRESH_HANDLER_GRACE,
     PostgresWorkflowStore,
+    RunStateInMemory,
+    SqliteOnOneConnection,
     StoredEvent,
     StoredTick,
     is_terminal_status,
@@ -56,6 +50,7 @@ INTERRUPTED = "the server stopped before the run finished; ask again"
 # How long a PostgreSQL read or write may take before its caller is told the store did not
 # answer (bounded.py): a frozen database must not hold a request, or a run, for ever.
 POSTGRES_TIMEOUT = 5.0
+HANDLERS_TABLE = "wf_handlers"  # named here, not left to the store's default: listing.py reads it
 INTERNAL_EVENT = InternalDispatchEvent.__name__
 T = TypeVar("T")
 TERMINAL_EVENTS = frozenset(
@@ -63,32 +58,7 @@ TERMINAL_EVENTS = frozenset(
 )
 
 
-class _RunStateInMemory:
-    """Keeps each run's step-to-step state in memory (see the module docstring), held until
-    the run ends (the base class holds it weakly, for stores that reload it from storage)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._state_store_cache = {}
-
-    async def update(self, handler: PersistentHandler) -> None:
-        try:
-            await super().update(handler)  # type: ignore[misc]
-        finally:  # a run that ended needs its state no more, recorded or not
-            if handler.run_id and is_terminal_status(handler.status):
-                self._evict_run_state_stores(handler.run_id)  # type: ignore[attr-defined]
-
-    def _build_state_store(
-        self,
-        run_id: str,
-        namespace: tuple[str, ...],
-        state_type: type[Any] | None,
-        serializer: BaseSerializer | None,
-    ) -> InMemoryStateStore[Any]:
-        return InMemoryStateStore(state_type() if state_type else DictState())
-
-
-class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
+class SqliteRunStore(SqliteOnOneConnection):
     """The server's SQLite store, run state in memory, one connection for the store's life,
     used only by a thread of its own (writer.py), never by the event loop.
 
@@ -97,7 +67,7 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
     under load. Its `single_connection` mode avoids that but turns file locking off, so a
     second process opening the file could corrupt it; this connection keeps SQLite's normal
     locking. Every call that reads or writes runs on the store's thread, in the order made:
-    the base class's SQL, driven there (`_drive`), and crag's own.
+    the base class's SQL (`_base`), and crag's own.
 
     Events: the engine's internal ones (`StepStateChanged`, two per step) are not kept:
     crag's own `StepProgressEvent`s say the same and more, and they were half of every
@@ -111,8 +81,7 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
     """
 
     def __init__(self, db_path: str) -> None:
-        super().__init__(db_path)  # migrations (and WAL) on a connection of their own
-        self._connection = _long_lived_connection(db_path)
+        super().__init__(db_path, _long_lived_connection)
         self._sequences: dict[str, int] = {}  # the store's thread's alone
         self._pending: list[tuple[str, EventEnvelopeWithMetadata]] = []  # the event loop's alone
         self.commits = 0  # how many commits carried events (for tests)
@@ -137,32 +106,39 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
     # --- the base class's SQL, on the store's thread ----------------------------------------
 
     async def query(self, query: HandlerQuery) -> list[PersistentHandler]:
-        return self.unrecorded.over(await self._call(_drive, SqliteWorkflowStore.query(self, query)))
+        return self.unrecorded.over(await self._base("query", query))
 
     async def update(self, handler: PersistentHandler) -> None:
         handler = self.unrecorded.cleaned(handler)
         try:
-            await self._call(_drive, SqliteWorkflowStore.update(self, handler))
+            await self._base("update", handler)
         except Exception as exc:
             self.unrecorded.refused(handler, exc)
             raise
         finally:
             if handler.run_id and is_terminal_status(handler.status):
-                self._evict_run_state_stores(handler.run_id)  # as _RunStateInMemory.update does
+                self.forget_run_state(handler.run_id)  # as RunStateInMemory.update does
         self.unrecorded.recorded(handler)
 
     async def delete(self, query: HandlerQuery) -> int:
-        return await self._call(_drive, SqliteWorkflowStore.delete(self, query))
+        return await self._base("delete", query)
 
     async def query_events(self, run_id: str, after_sequence: int | None = None,
                            limit: int | None = None) -> list[StoredEvent]:
-        return await self._call(_drive, SqliteWorkflowStore.query_events(self, run_id, after_sequence, limit))
+        return await self._base("query_events", run_id, after_sequence, limit)
 
     async def append_tick(self, run_id: str, tick_data: dict[str, Any]) -> None:
-        await self._call(_drive, SqliteWorkflowStore.append_tick(self, run_id, tick_data))
+        await self._base("append_tick", run_id, tick_data)
 
     async def get_ticks(self, run_id: str) -> list[StoredTick]:
-        return await self._call(_drive, SqliteWorkflowStore.get_ticks(self, run_id))
+        return await self._base("get_ticks", run_id)
+
+    async def _base(self, name: str, *args: Any) -> Any:
+        return await self._call(self._commit_then_base, name, *args)
+
+    def _commit_then_base(self, name: str, *args: Any) -> Any:
+        self._commit()  # so that a failed base write's rollback cannot take queued events with it
+        return self.run_base(name, *args)
 
     # --- events -----------------------------------------------------------------------------
 
@@ -172,10 +148,7 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
         if not self._pending:  # the first of this turn: write them all at its end
             asyncio.get_running_loop().call_soon(self._hand_over)
         self._pending.append((run_id, event))
-        condition = self._conditions.get(run_id)
-        if condition is not None:  # its reader's next query is queued behind this event
-            async with condition:
-                condition.notify_all()
+        await self.wake_readers(run_id)  # a reader's next query is queued behind this event
 
     def _hand_over(self) -> None:
         """Queue this turn's events, then a commit, as one job: one wake-up of the store's
@@ -196,7 +169,7 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
             # the store's thread). Roll back, so that the next write starts clean rather than
             # inside a transaction SQLite may already have abandoned, and read each run's
             # next sequence number from the table again.
-            self._connection.rollback()
+            self.connection.rollback()
             for run_id, _ in batch:
                 self._sequences.pop(run_id, None)
             raise
@@ -204,11 +177,11 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
     def _insert_event(self, run_id: str, event: EventEnvelopeWithMetadata) -> None:
         sequence = self._sequences.get(run_id)
         if sequence is None:
-            row = self._connection.execute(
+            row = self.connection.execute(
                 "SELECT MAX(sequence) FROM events WHERE run_id = ?", (run_id,)
             ).fetchone()
             sequence = -1 if row[0] is None else row[0]
-        self._connection.execute(
+        self.connection.execute(
             "INSERT INTO events (run_id, sequence, timestamp, event_json) "
             "VALUES (?, ?, CURRENT_TIMESTAMP, ?)",
             (run_id, sequence + 1, event.model_dump_json()),
@@ -219,11 +192,11 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
             self._sequences[run_id] = sequence + 1
 
     def _commit(self) -> None:
-        if self._connection.in_transaction:
+        if self.connection.in_transaction:
             try:
-                self._connection.commit()
+                self.connection.commit()
             except sqlite3.Error:
-                self._connection.rollback()  # see _write_events
+                self.connection.rollback()  # see _write_events
                 raise
             self.commits += 1
 
@@ -235,31 +208,11 @@ class SqliteRunStore(_RunStateInMemory, SqliteWorkflowStore):
         """Wait until everything queued so far is written and committed."""
         await self._call(self._commit)
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        self._commit()  # so that a rollback below cannot take queued events with it
-        try:
-            yield self._connection
-        except BaseException:
-            self._connection.rollback()  # a shared connection must not keep a half-done write open
-            raise
-
     def close(self) -> None:
         """Write what is queued, commit, close the connection and end the store's thread (the
         store cannot be used afterwards)."""
         self._hand_over()
-        self._thread.stop(last=lambda: (self._commit(), self._connection.close()))
-
-
-def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run to its end a coroutine that never awaits: the base class's SQLite methods, whose
-    bodies are plain sqlite3 calls (on the store's thread, here)."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value
-    coroutine.close()
-    raise RuntimeError("a SQLite store method awaited; it cannot run on the store's thread")
+        self._thread.stop(last=lambda: (self._commit(), self.connection.close()))
 
 
 def _long_lived_connection(db_path: str) -> sqlite3.Connection:
@@ -274,7 +227,7 @@ def _long_lived_connection(db_path: str) -> sqlite3.Connection:
 
 # PostgresWorkflowStore is exported only from a private module in 0.8 (asyncpg is an
 # optional extra there); pyproject.toml pins llama-agents-server below 0.9.
-class PostgresRunStore(_RunStateInMemory, PostgresWorkflowStore):
+class PostgresRunStore(RunStateInMemory, PostgresWorkflowStore):
     """The server's PostgreSQL store (asyncpg, LISTEN/NOTIFY), run state in memory.
 
     Each read and write is waited for at most `POSTGRES_TIMEOUT` seconds (bounded.py): a
@@ -284,7 +237,7 @@ class PostgresRunStore(_RunStateInMemory, PostgresWorkflowStore):
     """
 
     def __init__(self, dsn: str) -> None:
-        super().__init__(dsn)
+        super().__init__(dsn, handlers_table_name=HANDLERS_TABLE)
         self.unrecorded = UnrecordedEnds("postgresql")
 
     def _bounded(self, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
