@@ -41,6 +41,9 @@ USED = [
      "PostgresWorkflowStore._build_state_store"),
     ("llama-agents-server", "llama_agents.server._store.postgres_workflow_store",
      "PostgresWorkflowStore._ensure_pool"),
+    ("llama-agents-server", "llama_agents.server._service", "HandlerAlreadyRunningError"),
+    ("llama-agents-server", "llama_agents.server._service", "_WorkflowService.start_workflow"),
+    ("llama-agents-server", "llama_agents.server._service", "_WorkflowService._workflow_run_handler"),
     ("llama-index-workflows", "workflows", "Workflow._get_steps"),
     ("llama-index-workflows", "workflows", "Workflow._step_functions_version"),
     ("llama-index-core", "llama_index.core.postprocessor.types",
@@ -60,6 +63,11 @@ SIGNATURES = {
         ["self", "run_id", "namespace", "state_type", "serializer"],
     ("llama-agents-server", "llama_agents.server", "SqliteWorkflowStore._connect"): ["self"],
     ("llama-index-workflows", "workflows", "Workflow._get_steps"): ["self"],
+    # called, not overridden (crag._compat.workflow_server.start_run), by keyword
+    ("llama-agents-server", "llama_agents.server._service", "_WorkflowService.start_workflow"):
+        ["self", "workflow", "handler_id", "start_event", "context"],
+    ("llama-agents-server", "llama_agents.server._service", "_WorkflowService._workflow_run_handler"):
+        ["self", "workflow_name", "run_id"],
 }
 
 # What SqliteOnOneConnection.run_base runs to its end without an event loop: coroutines that
@@ -112,3 +120,12 @@ def test_the_stores_keep_the_private_state_crag_reads(tmp_path: Path) -> None:
     missing = [a for a in ("_state_store_cache", "_conditions") if not hasattr(store, a)]
     assert missing == [], (f"llama-agents-server {version('llama-agents-server')}: "
                            f"SqliteWorkflowStore has no {missing}; update crag/_compat/llama_agents.py.")
+
+
+def test_the_workflow_server_keeps_the_run_service_crag_starts_runs_with() -> None:
+    from llama_agents.server import WorkflowServer
+    from llama_agents.server._service import _WorkflowService
+
+    assert isinstance(WorkflowServer()._service, _WorkflowService), (
+        f"llama-agents-server {version('llama-agents-server')}: WorkflowServer._service moved; "
+        "update crag/_compat/workflow_server.py")
