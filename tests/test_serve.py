@@ -404,3 +404,14 @@ async def test_on_postgresql_a_page_of_handlers_is_read_in_sql_not_the_whole_his
         del store.query
         await store.delete(HandlerQuery(workflow_name_in=["crag"]))
         await store.close()
+
+
+def test_a_finished_runs_handler_id_cannot_be_reused_and_its_record_stays(base_url: str) -> None:
+    first = httpx.post(f"{base_url}/workflows/crag/run", json={"start_event": {"query": ANSWERED}}, timeout=60)
+    handler_id = first.json()["handler_id"]
+    for route in ("run", "run-nowait"):
+        again = httpx.post(f"{base_url}/workflows/crag/{route}",
+                           json={"start_event": {"query": WEB}, "handler_id": handler_id}, timeout=60)
+        assert again.status_code == 409 and "exists already" in again.json()["detail"]
+    kept = httpx.get(f"{base_url}/handlers/{handler_id}").json()
+    assert kept["status"] == "completed" and kept["result"] == first.json()["result"]
