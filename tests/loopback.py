@@ -385,11 +385,12 @@ def failing(status: int, body: Any = None) -> Handler:
 
 
 @contextmanager
-def uvicorn_serving(app: Any) -> Iterator[str]:
-    """An ASGI `app` under uvicorn on a free loopback port, in a thread; yields the base URL."""
+def uvicorn_serving(app: Any, **config: Any) -> Iterator[str]:
+    """An ASGI `app` under uvicorn on a free loopback port, in a thread; yields the base URL.
+    `config`: more of uvicorn's settings (`log_level="info"` for its access log)."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, **{"log_level": "warning", **config}))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:

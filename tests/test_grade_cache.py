@@ -161,3 +161,52 @@ def test_a_cache_busy_past_its_timeout_misses_and_stays_on(tmp_path: Path) -> No
         holder.execute("ROLLBACK")
         holder.close()
     assert busy.get_many(["k"]) == {"k": 0.5}
+
+
+# Rows another program (or a hand) may have written where a grade belongs.
+DAMAGED = [5.0, -3, float("inf"), float("-inf"), 1e309, "abc", "0.5 maybe", "", b"\x00\xffblob", b"0.5"]
+
+
+class Counting:
+    """Grades every chunk 0.75 and counts the chunks it was asked about."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def grade(self, query: str, chunks: list) -> list:
+        from crag.events import Grade
+
+        self.asked += len(chunks)
+        return [Grade(chunk_id=c.node.node_id, score=0.75, grader=self.name) for c in chunks]
+
+
+async def test_a_row_that_holds_no_grade_is_a_miss_and_is_replaced(tmp_path: Path) -> None:
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from crag.steps.grading import CachedGrader
+
+    path = tmp_path / "grades.sqlite"
+    chunks = [NodeWithScore(node=TextNode(text=f"Lumen fact {i}.", id_=f"c{i}"), score=1.0)
+              for i in range(len(DAMAGED))]
+    grader = Counting()
+    cached = CachedGrader(grader, GradeCache(path), model="m")
+    await cached.grade("Who founded Lumen?", chunks)  # every grade kept: now damage every row
+    db = sqlite3.connect(path, isolation_level=None)
+    keys = [grade_key(grader="counting", model="m", prompt_version=cached.version,
+                      question="Who founded Lumen?", content=c.node.get_content()) for c in chunks]
+    for key, value in zip(keys, DAMAGED):
+        db.execute("UPDATE grades SET score = ? WHERE key = ?", (value, key))
+    db.close()
+
+    grades = await cached.grade("Who founded Lumen?", chunks)  # the question goes on
+    assert [g.score for g in grades] == [0.75] * len(DAMAGED) and not any(g.cached for g in grades)
+    assert grader.asked == 2 * len(DAMAGED)
+    assert GradeCache(path).get_many(keys) == dict.fromkeys(keys, 0.75)  # each row replaced
+
+
+def test_a_grade_that_is_not_a_number_is_not_kept(cache: GradeCache) -> None:
+    cache.put_many({"nan": float("nan"), "high": float("inf"), "ok": 0.5})
+    assert cache.get_many(["nan", "high", "ok"]) == {"high": 1.0, "ok": 0.5}
+    assert cache.enabled

@@ -160,6 +160,29 @@ async def test_a_cached_grader_asks_its_grader_once_per_chunk_and_question(empty
     await cached.cache.aclose()
 
 
+async def test_a_row_that_holds_no_grade_is_a_miss_and_is_replaced(empty: str) -> None:
+    import asyncpg
+
+    damaged = ["5", "-3", "Infinity", "-Infinity", "NaN", "1e308"]
+    grader = CountingGrader()
+    cached = CachedGrader(grader, PostgresGradeCache(empty), model="m")
+    await cached.grade("Who founded Lumen?", chunks(len(damaged)))  # every grade kept: now damage them
+    keys = [grade_key(grader=grader.name, model="m", prompt_version=cached.version,
+                      question="Who founded Lumen?", content=c.node.get_content()) for c in chunks(len(damaged))]
+    db = await asyncpg.connect(empty)
+    try:
+        for k, value in zip(keys, damaged):
+            await db.execute("UPDATE crag_grades SET score = $1::float8 WHERE key = $2", float(value), k)
+    finally:
+        await db.close()
+
+    grades = await cached.grade("Who founded Lumen?", chunks(len(damaged)))  # the question goes on
+    assert [g.score for g in grades] == [0.75] * len(damaged) and not any(g.cached for g in grades)
+    assert grader.asked == 2 * len(damaged)
+    assert await cached.cache.aget_many(keys) == dict.fromkeys(keys, 0.75)  # each row replaced
+    await cached.cache.aclose()
+
+
 # --- in a database that does not answer ----------------------------------------------------------
 
 
@@ -271,3 +294,14 @@ def test_crag_cache_on_a_database_that_is_down_is_one_clear_error(capsys: pytest
     assert main(["cache", "stats", "--store", "postgresql://crag:pw@127.0.0.1:1/crag"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("crag: error:") and "is the database up?" in err and "pw" not in err
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://crag@127.0.0.1:1/crag?password=hunter2-in-query",
+    "postgresql://crag@127.0.0.1:1/crag?sslmode=disable&password=hunter2%2Fin-query",
+    "postgresql://crag:hunter2-in-user@127.0.0.1:1/crag?password=hunter2-in-query",
+])
+def test_crag_cache_hides_a_password_given_in_the_query_too(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cache", "stats", "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crag: error:") and "hunter2" not in err

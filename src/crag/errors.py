@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from urllib.parse import unquote_plus
 
 
 class CragError(Exception):
@@ -104,14 +105,50 @@ def redact(text: str) -> str:
     return _KEY_SHAPED.sub(REDACTED, text)
 
 
+# libpq and asyncpg take a password in the query too (`?password=`), and a client key's.
+_PASSWORD_PARAMS = frozenset({"password", "sslpassword"})
+
+
 def split_password(url: str) -> tuple[str, str | None]:
-    """The URL without its password, and the password."""
-    scheme, _, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at or ":" not in credentials:
-        return url, None
-    user, _, password = credentials.partition(":")
-    return f"{scheme}://{user}@{host}", password
+    """The URL without any password, and the password (the `user:password@` one, else the
+    `?password=` one; as written, percent-encoded)."""
+    shown, passwords = _without_passwords(url)
+    return shown, passwords[0] if passwords else None
+
+
+def hide_password(url: str) -> str:
+    """The URL as it may be shown, its passwords (both forms) registered as secrets, so that
+    `redact` removes them from any message that quotes the URL (asyncpg's errors may)."""
+    shown, passwords = _without_passwords(url)
+    for password in passwords:
+        register_secret(password)
+        register_secret(unquote_plus(password))
+    return shown
+
+
+def _without_passwords(url: str) -> tuple[str, list[str]]:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url, []
+    # The query and fragment first: a password written in the query may hold an "@".
+    rest, hash_mark, fragment = rest.partition("#")
+    rest, question_mark, query = rest.partition("?")
+    authority, slash, path = rest.partition("/")
+    passwords: list[str] = []
+    credentials, at, host = authority.rpartition("@")
+    if at and ":" in credentials:
+        user, _, password = credentials.partition(":")
+        passwords.append(password)
+        authority = f"{user}@{host}"
+    kept = []
+    for param in query.split("&") if question_mark else []:
+        name, _, value = param.partition("=")
+        if unquote_plus(name).strip().lower() not in _PASSWORD_PARAMS:
+            kept.append(param)
+        elif value:
+            passwords.append(value)
+    query = "?" + "&".join(kept) if kept else ""
+    return f"{scheme}://{authority}{slash}{path}{query}{hash_mark}{fragment}", passwords
 
 
 def scrub(exc: BaseException) -> BaseException:

@@ -64,11 +64,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _say(message: str) -> None:
-    """`message` as one line on stderr, without API keys."""
+    """`message` as one line on stderr, without API keys or control characters (a file name in
+    a skip line may hold ESC: `crag.printable`)."""
     from crag.errors import redact
+    from crag.printable import printable
 
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")  # a non-UTF-8 path named
-    print(" ".join(redact(message).split()), file=sys.stderr)
+    print(printable(" ".join(redact(message).split()), lines=False), file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -206,6 +208,7 @@ def _ask(args: argparse.Namespace) -> int:
     import json
 
     from crag.app.progress import AnswerPrinter, run_with_progress, step_progress
+    from crag.printable import printable_json
     from crag.workflows.explain import WEB_FIX
     from crag.workflows.factory import build_workflow
 
@@ -247,24 +250,28 @@ def _ask(args: argparse.Namespace) -> int:
         # The one line naming the fix; the run's `degraded` list says what happened.
         _say(f"crag: note: verdict {result.verdict.value}, but there is no web to search: {WEB_FIX}")
     if args.json:
-        print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False))
+        print(printable_json(json.dumps(result.model_dump(mode="json"), ensure_ascii=False)))
     else:  # a streamed answer is on the screen already
         print(_format(result, answer=not stream))
     return 0
 
 
 def _format(result: CragResult, *, answer: bool = True) -> str:
-    lines = [result.answer] if answer else []
+    """The result as the terminal shows it; what documents wrote (the answer quotes them, the
+    sources name them) with its control characters escaped, each source and note on one line."""
+    from crag.printable import printable
+
+    lines = [printable(result.answer)] if answer else []
     lines += ["", f"verdict: {result.verdict.value}"]
     if result.rewritten_query:
-        lines.append(f"web query: {result.rewritten_query}")
+        lines.append(f"web query: {printable(result.rewritten_query, lines=False)}")
     lines.append("grades: " + ", ".join(f"{g.score:.2f}" for g in result.grades))
     if result.sources:
         lines.append("sources:")
         for s in result.sources:
-            lines.append(f"  [{s.number}] {s.kind}: {s.label()}")
+            lines.append(f"  [{s.number}] {s.kind}: {printable(s.label(), lines=False)}")
     for note in result.degraded:
-        lines.append(f"degraded: {note}")
+        lines.append(f"degraded: {printable(note, lines=False)}")
     if result.cost.calls or result.cost.cache_hits or result.cost.notes:
         lines.append(result.cost.line())  # a run without a model cost nothing: no line
     return "\n".join(lines)

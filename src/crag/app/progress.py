@@ -27,6 +27,7 @@ from workflows import Workflow
 
 from crag.app.render.overlay import seconds
 from crag.events import AnswerDeltaEvent, CragResult, StepProgressEvent
+from crag.printable import printable
 from crag.trace import StepRecord
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ class AnswerPrinter:
             self.end()
             print("crag: the model failed mid-answer; the extractive answer follows", file=self.err, flush=True)
         if ev.delta:
-            self.out.write(ev.delta)
+            self.out.write(printable(ev.delta))  # the answer quotes documents: ESC shown, not obeyed
             self.out.flush()
             self.open = True
 
@@ -100,7 +101,7 @@ def describe(record: StepRecord | None, took: float | None) -> str:
             parts.append(f"degraded: {record.degraded}")
         if record.error:
             parts.append(f"error: {record.error}")
-    return ", ".join(parts)
+    return printable(", ".join(parts), lines=False)  # a note may quote a file name or a document
 
 
 class _StepLines:

@@ -10,13 +10,16 @@ grade_cache_postgres.py.)
 
 A cache is a convenience, never a reason for a question to fail: a corrupt file is set aside
 (renamed, with one warning) and a fresh one started; a cache that cannot be opened or written at
-all is switched off for the process, with one warning.
+all is switched off for the process, with one warning; a row whose score is not a grade (text,
+a blob, infinity, 5.0: written by hand or by another program) is a miss, and the fresh grade
+replaces it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 import sqlite3
 import threading
@@ -68,6 +71,15 @@ def grade_key(*, grader: str, model: str, prompt_version: str, question: str, co
         digest.update(len(encoded).to_bytes(8, "big"))  # length-prefixed: no two tuples collide
         digest.update(encoded)
     return digest.hexdigest()
+
+
+def usable_score(value: object) -> float | None:
+    """A cached score, or None where the row holds no grade: anything but a finite number in
+    [0, 1] (SQLite keeps whatever a column is given; a hand-edited row may say anything)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    score = float(value)
+    return score if math.isfinite(score) and 0.0 <= score <= 1.0 else None
 
 
 @dataclass(frozen=True)
@@ -122,7 +134,8 @@ class GradeCache:
                 batch = keys[start : start + 500]
                 marks = ",".join("?" * len(batch))
                 rows = db.execute(f"SELECT key, score FROM grades WHERE key IN ({marks})", batch)
-                found.update({key: float(score) for key, score in rows})
+                scores = ((key, usable_score(score)) for key, score in rows)
+                found.update({key: score for key, score in scores if score is not None})
             if found:
                 now = time.time()
                 db.executemany("UPDATE grades SET used = ? WHERE key = ?", [(now, k) for k in found])
@@ -135,7 +148,10 @@ class GradeCache:
         if not scores or not self.enabled:
             return
         now = time.time()
-        rows = [(key, min(max(float(score), 0.0), 1.0), now) for key, score in scores.items()]
+        clamped = ((key, usable_score(min(max(float(score), 0.0), 1.0))) for key, score in scores.items())
+        rows = [(key, score, now) for key, score in clamped if score is not None]  # NaN: not kept
+        if not rows:
+            return
 
         def write(db: sqlite3.Connection) -> None:
             db.executemany(

@@ -2,8 +2,9 @@
 shares the database shares the grades too.
 
 The same keys (`grade_key`) and the same behaviour as the SQLite cache: a bounded map from key
-to score, the least recently used (a `used` timestamp, the database's clock, so that servers'
-clocks need not agree) dropped first. One table, `crag_grades`, created if missing.
+to score (a row that holds no grade, NaN or 5.0, is a miss: `usable_score`), the least
+recently used (a `used` timestamp, the database's clock, so that servers' clocks need not
+agree) dropped first. One table, `crag_grades`, created if missing.
 
 Async (asyncpg, like the run store): a pool per event loop, opened on first use on the loop
 that uses it, since an asyncpg pool belongs to the loop it was made on. A cache is never a
@@ -27,8 +28,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from crag._bounded import given_up_after
-from crag.errors import redact, split_password
-from crag.index.grade_cache import CacheStats
+from crag.errors import hide_password, redact
+from crag.index.grade_cache import CacheStats, usable_score
 
 if TYPE_CHECKING:
     import asyncpg
@@ -78,7 +79,7 @@ class PostgresGradeCache:
         if max_entries <= 0:
             raise ValueError(f"max_entries must be positive, not {max_entries}")
         self.dsn = dsn
-        self.where = split_password(dsn)[0]  # for messages
+        self.where = hide_password(dsn)  # for messages, without its password (either form)
         self.max_entries = max_entries
         self.timeout = timeout
         self.retry_after = retry_after
@@ -97,7 +98,8 @@ class PostgresGradeCache:
             return {}
 
         async def read(db: asyncpg.Pool) -> dict[str, float]:
-            return {row["key"]: float(row["score"]) for row in await db.fetch(_GET, keys)}
+            scores = ((row["key"], usable_score(row["score"])) for row in await db.fetch(_GET, keys))
+            return {key: score for key, score in scores if score is not None}  # else a miss, replaced
 
         return await self._guarded("read", read, {})
 
@@ -105,8 +107,11 @@ class PostgresGradeCache:
         """Keep `scores`; past `max_entries`, the least recently used grades go first."""
         if not scores:
             return
-        keys = list(scores)
-        values = [min(max(float(scores[k]), 0.0), 1.0) for k in keys]
+        kept = {k: s for k, s in ((k, usable_score(min(max(float(v), 0.0), 1.0))) for k, v in scores.items())
+                if s is not None}  # NaN survives the clamp: not kept
+        if not kept:
+            return
+        keys, values = list(kept), list(kept.values())
 
         async def write(db: asyncpg.Pool) -> None:
             async with db.acquire() as connection:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from html import escape
+from urllib.parse import quote
 
 from crag.app.render.layout import MONO
 from crag.cost import CostRecord
@@ -70,12 +71,28 @@ def grades_svg(ex: Explanation, width: int = 560) -> str:
 
 FileLink = Callable[[SourceLine], "str | None"]  # a cited document's address, or None
 
+# The only addresses a link drawn from a document may have: a web page, or crag serve's own
+# copy of a file. A document's `url` is the document's to say (a .jsonl record, a web corpus),
+# so `javascript:`, `data:` and the like, which would run in the page's origin and read its
+# API key, are shown as text. Browsers drop tabs and newlines inside a URL and spaces and
+# control characters around it ("java\tscript:" runs), hence nothing of either is let through.
+_WEB = re.compile(r"https?://[^\s\x00-\x1f\x7f\\]+", re.IGNORECASE)
+_OWN_FILE = re.compile(r"/files/[0-9a-f]+(?:#page=[A-Za-z0-9%._~-]*)?")
+
+
+def safe_link(url: str | None) -> str | None:
+    """`url` if a link may point at it (http, https, or crag serve's /files/ID), else None."""
+    if url and (_WEB.fullmatch(url) or _OWN_FILE.fullmatch(url)):
+        return url
+    return None
+
 
 def file_page_link(source: SourceLine) -> str | None:
     """`crag serve`'s address of a cited file, at its page (`#page=N`, which PDF viewers open)."""
     if not source.file_id:
         return None
-    return f"/files/{source.file_id}" + (f"#page={source.page}" if source.page else "")
+    page = f"#page={quote(str(source.page), safe='')}" if source.page else ""
+    return f"/files/{source.file_id}{page}"
 
 
 def explanation_html(ex: Explanation, cost: CostRecord | None = None, link: FileLink | None = None) -> str:
@@ -97,10 +114,12 @@ def why_html(ex: Explanation, link: FileLink | None = None) -> str:
 
     answer = re.sub(r"\[(\d+)\]", cite, escape(ex.answer))
     def where(s: SourceLine) -> str:
-        if s.url:
-            return f'<a href="{escape(s.url)}">{escape(s.title or s.url)}</a>'
+        if s.url:  # a link only to an address that runs nothing here (`safe_link`)
+            web = safe_link(s.url)
+            title = escape(s.title or s.url)
+            return f'<a href="{escape(web)}" rel="noopener noreferrer">{title}</a>' if web else title
         name = escape(s.citation() or s.title or s.id)
-        href = link(s) if link is not None else None
+        href = safe_link(link(s)) if link is not None else None
         return f'<a class="crag-file" href="{escape(href)}">{name}</a>' if href else name
 
     sources = "".join(

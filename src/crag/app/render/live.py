@@ -15,6 +15,8 @@ With an API key on the server, the page asks for it once and keeps it in the tab
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from html import escape
 
 from workflows import Workflow
@@ -24,8 +26,6 @@ from crag.app.render.layout import graph_of, layout
 from crag.app.render.overlay import CSS as TRACE_CSS
 from crag.app.render.svg import page, svg
 
-# Inline script and styles only; requests to this server only.
-LIVE_CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'"
 PLACEHOLDER = " " * 16  # room under each step's name for its time and calls
 
 CSS = """\
@@ -251,8 +251,17 @@ SCRIPT = r"""
     const [path, page] = a.getAttribute("href").split("#");
     const reply = await api(path);
     if (!reply.ok) { say(`the server answered ${reply.status}`, true); return; }
-    const blob = new Blob([await reply.arrayBuffer()], { type: reply.headers.get("content-type") || "" });
-    window.open(URL.createObjectURL(blob) + (page ? `#${page}` : ""), "_blank");
+    // A blob: page is this page's origin, beside its key, without the sandbox /files answers
+    // with: only types that run nothing are opened; anything else (HTML) is saved instead.
+    const type = reply.headers.get("content-type") || "";
+    const shown = /^(application\/pdf|text\/plain|image\/(png|jpeg|gif|webp))(;|$)/i.test(type);
+    const blob = new Blob([await reply.arrayBuffer()], { type: shown ? type : "application/octet-stream" });
+    const url = URL.createObjectURL(blob);
+    if (shown) { window.open(url + (page ? `#${page}` : ""), "_blank"); return; }
+    const save = document.createElement("a");
+    save.href = url;
+    save.download = a.textContent || "document";
+    save.click();
   });
   $("ask-form").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -269,6 +278,15 @@ SCRIPT = r"""
   recent();
 })();
 """
+
+
+# The page's one script, named by its hash rather than allowed as any inline script: so a
+# `javascript:` link, an inline event handler or a <script> that reached the page by way of a
+# document (the explanation is drawn from documents' text and addresses) runs nothing, even
+# if something let it through. Styles inline; requests to this server only.
+SCRIPT_HASH = base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode("ascii")
+LIVE_CSP = ("default-src 'none'; style-src 'unsafe-inline'; "
+            f"script-src 'sha256-{SCRIPT_HASH}'; connect-src 'self'")
 
 
 def live_html(workflow: Workflow | type[Workflow], *, title: str = "crag, live") -> str:

@@ -7,6 +7,7 @@ import hmac
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from crag.app.server.guard import hide_query_secrets
 from crag.app.server.openai_errors import refusal
 
 # Load balancers probe /health without a key; / is the live page, which asks for the key.
@@ -24,6 +25,8 @@ class ApiKeyMiddleware:
         self._key = api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":  # outermost: before a refusal is logged with the query
+            hide_query_secrets(scope)
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self._allowed(Headers(scope=scope)):
             await self.app(scope, receive, send)
             return

@@ -5,6 +5,9 @@ little CPU): no outside events to a run, a bounded body, and, with no API key, l
   sent to one could only disturb it (the server's route would deliver it to every step).
 - A body longer than `[server] max_body_bytes` is a 413, told by its Content-Length at once,
   or, for a chunked body, as soon as what arrived passes the cap: no more than the cap is held.
+- A key-like query parameter (`?key=`, `?api_key=`, `?token=`, or any holding this server's
+  key) has its value replaced before anything reads it (`hide_query_secrets`): crag takes its
+  key from headers only, and the access log prints the request's query from this same scope.
 - Without an API key anyone who can connect may ask, so the server must be reachable only
   from this machine: it binds loopback only (`check_bind`), and a request whose `Host` is not
   a loopback name (DNS rebinding: a web page's own name resolving to 127.0.0.1) or whose
@@ -14,15 +17,41 @@ little CPU): no outside events to a run, a bounded body, and, with no API key, l
 from __future__ import annotations
 
 import ipaddress
+import re
+from urllib.parse import unquote_plus
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crag.app.server.openai_errors import refusal as refuse
-from crag.errors import ConfigError
+from crag.errors import ConfigError, redact
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+SECRET_PARAM = re.compile(r"key|token|secret|passw|auth|signature", re.IGNORECASE)
+HIDDEN = b"redacted"
+
+
+def hide_query_secrets(scope: Scope) -> None:
+    """Replace, in `scope` itself, the value of every query parameter that is named like a
+    secret or holds one (`crag.errors.redact`: this server's key, anything shaped like a key).
+
+    In place, as uvicorn's access log reads the path and query from the very scope the app was
+    given, when the response is sent; no route of crag's reads a secret from the query.
+    """
+    query: bytes = scope.get("query_string", b"")
+    if not query:
+        return
+    params = query.split(b"&")
+    for i, param in enumerate(params):
+        name, equals, value = param.partition(b"=")
+        name_text = unquote_plus(name.decode("latin-1"))
+        value_text = unquote_plus(value.decode("latin-1"))
+        if (value and SECRET_PARAM.search(name_text)) or redact(value_text) != value_text:
+            params[i] = name + b"=" + HIDDEN
+        elif not equals and redact(name_text) != name_text:  # a bare `?KEY`
+            params[i] = HIDDEN
+    scope["query_string"] = b"&".join(params)
 
 
 def is_loopback(host: str) -> bool:
@@ -64,6 +93,7 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        hide_query_secrets(scope)
         refusal = self._refusal(scope)
         if refusal is None and scope["method"] in BODY_METHODS:
             refusal, receive = await self._bounded(scope, receive)

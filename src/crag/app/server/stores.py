@@ -42,7 +42,7 @@ from crag._bounded import given_up_after
 from crag.app.server.unrecorded import UnrecordedEnds
 from crag.app.server.writer import StoreThread
 from crag.config import Settings
-from crag.errors import ConfigError, register_secret, split_password
+from crag.errors import ConfigError, hide_password
 from crag.index.grade_cache_postgres import PostgresGradeCache
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -280,9 +280,7 @@ def store_for(settings: Settings) -> StoreChoice:
     `server.db` beside the index, so that a laptop needs no database server."""
     target = settings.server.store or str(settings.index.path.parent / "server.db")
     if target.startswith(POSTGRES_SCHEMES):
-        where, password = split_password(target)
-        register_secret(password)  # asyncpg's errors may quote the URL
-        return StoreChoice(PostgresRunStore(target), "postgresql", where)
+        return StoreChoice(PostgresRunStore(target), "postgresql", hide_password(target))
     if "://" in target:
         raise ConfigError(
             f"server.store {target.split('://')[0]}:// is not a store crag knows; "
@@ -311,7 +309,7 @@ def postgres_grade_cache(url: str, settings: Settings, *, timeout: float = 2.0) 
     if not url.startswith(POSTGRES_SCHEMES):
         raise ConfigError(f"{url.split('://')[0]} is not a postgresql:// URL; the grade cache lives "
                           "in PostgreSQL only with a postgresql:// store (else grades.sqlite beside the index).")
-    register_secret(split_password(url)[1])  # asyncpg's errors may quote the URL
+    hide_password(url)  # its passwords registered: asyncpg's errors may quote the URL
     return PostgresGradeCache(url, max_entries=settings.cache.max_entries, timeout=timeout)
 
 
