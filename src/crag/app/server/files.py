@@ -1,6 +1,7 @@
 """`GET /files/{file_id}`: a document the index holds, so that a citation can open it at its page.
 
-Only files listed in the live index's manifest are served, by the id their citations carry
+Only files listed in the manifest of the index being served (`RunService.index`, which a
+reload replaces) are served, by the id their citations carry
 (`crag.trace.file_id`, a hash of the path, so no path is ever taken from the request), behind the
 same API key as every other route. A file since removed from the disk, or an id the manifest does
 not list, is a 404.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote
@@ -32,7 +33,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from crag._offload import off_loop
-from crag.index.layout import live_version, read_manifest
+from crag.index import ChunkIndex
 from crag.trace import file_id
 
 NOT_FOUND = {"detail": "No such document in the index."}
@@ -51,14 +52,11 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
-def served_files(index_path: Path) -> dict[str, Path]:
-    """The live index's files by id: read from its manifest each time (an ingest or a reload may
-    have changed it); documents given from Python (`document:` keys) have no file to serve."""
-    try:
-        manifest = read_manifest(live_version(index_path) / "manifest.json")
-    except Exception:  # noqa: BLE001 - no readable index: nothing to serve
-        return {}
-    return {file_id(key): Path(key) for key in manifest["files"] if not key.startswith("document:")}
+def served_files(index: ChunkIndex | None) -> dict[str, Path]:
+    """The served index's files by id; documents given from Python (`document:` keys) have no
+    file to serve."""
+    files = index.manifest if index is not None else {}
+    return {file_id(key): Path(key) for key in files if not key.startswith("document:")}
 
 
 def open_regular(path: Path) -> BinaryIO | None:
@@ -107,9 +105,16 @@ def headers_for(name: str) -> tuple[str, dict[str, str]]:
     return kind or SAVED, headers
 
 
-def files_route(index_path: Path) -> Route:
+def files_route(served: Callable[[], ChunkIndex | None]) -> Route:
+    """The route, serving the files of whatever index `served()` says is served now."""
+
+    known: list = [None, {}]  # the index last seen, and its files by id: hashed once per index
+
     async def document(request: Request) -> Response:
-        path = (await off_loop(served_files, index_path)).get(request.path_params["file_id"])
+        index = served()
+        if index is not known[0]:
+            known[:] = [index, served_files(index)]
+        path = known[1].get(request.path_params["file_id"])
         opened = await off_loop(open_regular, path) if path is not None else None
         if opened is None:
             return JSONResponse(NOT_FOUND, status_code=404)

@@ -98,7 +98,7 @@ def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep
         Route("/handlers/{handler_id}/trace", trace_page, methods=["GET"]),
         Route("/handlers/{handler_id}/explanation", explanation, methods=["GET"]),
         handlers_route(store),
-        *([files_route(runs.index.path)] if runs.index is not None and runs.index.path is not None else []),
+        files_route(lambda: runs.index),
     ]
 
 
