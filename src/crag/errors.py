@@ -109,13 +109,6 @@ def redact(text: str) -> str:
 _PASSWORD_PARAMS = frozenset({"password", "sslpassword"})
 
 
-def split_password(url: str) -> tuple[str, str | None]:
-    """The URL without any password, and the password (the `user:password@` one, else the
-    `?password=` one; as written, percent-encoded)."""
-    shown, passwords = _without_passwords(url)
-    return shown, passwords[0] if passwords else None
-
-
 def hide_password(url: str) -> str:
     """The URL as it may be shown, its passwords (both forms) registered as secrets, so that
     `redact` removes them from any message that quotes the URL (asyncpg's errors may)."""
