@@ -293,3 +293,24 @@ def test_a_streamed_answer_is_counted_from_the_usage_the_server_reports_at_its_e
     assert streamed.json["stream_options"] == {"include_usage": True}
     assert result.cost.per_step["synthesize"].calls == 1 and not result.cost.estimated
     assert result.cost.tokens_in == sum(max(1, len(message_text(r).split())) for r in requests)
+
+
+async def test_mcp_search_keeps_the_runs_budget(
+    model_env: LoopbackServer, own_sample_index_dir: Path, tmp_path: Path
+) -> None:
+    """`search` grades with the model as a run does, so the run's call budget bounds it too."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    settings = Settings.load(
+        env={"OPENAI_BASE_URL": model_env.url + "/v1", "OPENAI_API_KEY": "sk-test", "CRAG_BUDGET__CALLS": "1",
+             "CRAG_GRADER__KIND": "llm"},
+        index={"path": own_sample_index_dir}, server={"store": str(tmp_path / "server.db")},
+    )
+    with uvicorn_serving(build_server(settings).app) as url:
+        async with httpx2.AsyncClient(timeout=60) as http, \
+                Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+            found = await client.call_tool("search", {"question": "How long is the Helio H10 warranty?"})
+    assert not found.is_error and found.structured_content["chunks"]  # graded offline past the budget
+    assert _grading_calls(model_env) <= 1

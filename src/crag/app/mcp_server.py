@@ -14,6 +14,7 @@ them; so a client's start-up does not wait on crag's. `crag serve` mounts the sa
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from pydantic import BaseModel, Field
 from workflows.errors import WorkflowTimeoutError
 
 from crag.app.mcp_engine import KEEP_TRACES, Engine, manifest
+from crag.budget import spending
 from crag.errors import CragError, redact
 
 if TYPE_CHECKING:  # crag.events and crag.trace import llama-index, most of the start-up: loader thread
@@ -116,7 +118,8 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
         with _told():
             workflow = await engine.workflow()
             async with engine.admitted():  # its grader may call the model as a run's does
-                return await _search(workflow, question, top_k)
+                with spending(workflow.new_budget()):  # and its calls are bounded as a run's are
+                    return await asyncio.wait_for(_search(workflow, question, top_k), engine.settings.run.timeout)
 
     @server.resource("crag://index/manifest", mime_type="application/json")
     async def index_manifest() -> str:
@@ -166,6 +169,8 @@ def _told(error: type[Exception] = ToolError) -> Iterator[None]:
         raise error(redact(str(exc))) from None
     except WorkflowTimeoutError as exc:
         raise error(f"The run was cancelled: {exc} (raise [run] timeout).") from None
+    except asyncio.TimeoutError:
+        raise error("The search took longer than [run] timeout allows, and was cancelled.") from None
 
 
 async def _followed(run: Run, ctx: Context) -> CragResult:

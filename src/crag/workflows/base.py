@@ -78,14 +78,17 @@ class RecordedWorkflow(CachedStepLookup, Workflow):
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Start a run with a budget of its own: the engine starts the run's tasks here, and
         each takes the budget with it (a context variable), so every step charges the same one."""
-        limits = self.budget
-        budget = Budget(calls=limits.calls, tokens=limits.tokens, seconds=limits.seconds)
         token = _steps_running.set(_StepsRunning())
         try:
-            with spending(budget):
+            with spending(self.new_budget()):
                 return super().run(*args, **kwargs)
         finally:
             _steps_running.reset(token)
+
+    def new_budget(self) -> Budget:
+        """A fresh budget at this workflow's limits, for one run (or one MCP `search`)."""
+        limits = self.budget
+        return Budget(calls=limits.calls, tokens=limits.tokens, seconds=limits.seconds)
 
     def run_cost(self, trace: RunTrace) -> CostRecord:
         """The run's cost record: calls, tokens and cache hits per step, money at the set prices,
