@@ -149,5 +149,12 @@ async def test_over_http_ask_works_with_the_api_key(served: str) -> None:
         assert not result.is_error and "12-year" in result.structured_content["answer"]
         assert result.structured_content["sources"]
         assert "retrieve started" in steps  # progress comes through the server's middleware too
+        # The run went through the server's one run path: recorded with every other door's runs.
+        run_id = result.structured_content["run_id"]
+        listed = await http.get(f"{served}/handlers?limit=50")
+        assert run_id in {h["handler_id"] for h in listed.json()["handlers"]}
+        assert (await http.get(f"{served}/handlers/{run_id}/trace")).status_code == 200
+        trace = json.loads((await client.read_resource(f"crag://runs/{run_id}/trace")).contents[0].text)
+        assert trace["steps"]
         manifest = json.loads((await client.read_resource("crag://index/manifest")).contents[0].text)
         assert manifest["chunks"] == 4

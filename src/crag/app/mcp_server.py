@@ -132,7 +132,7 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
     async def trace(run_id: str) -> str:
         """A run's trace (steps, times, calls, why each turn), for a finished run."""
         with _told(ResourceError):
-            record = await (await engine.runs()).finished(run_id)
+            record = await (await engine.runs()).stored(run_id)
         value = record.result.result if record is not None and record.result is not None else None
         if value is None:
             raise ResourceNotFoundError(

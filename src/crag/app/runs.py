@@ -164,7 +164,7 @@ class RunService:
         self._watch(run, place)
         return run
 
-    async def finished(self, handler_id: str) -> PersistentHandler | None:
+    async def stored(self, handler_id: str) -> PersistentHandler | None:
         """The stored record of the run `handler_id`, whatever its door, or None."""
         found = await self.store.query(_by_id(handler_id))
         return found[0] if found else None

@@ -61,7 +61,7 @@ def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep
     async def finished(request: Request) -> CragResult | JSONResponse:
         """The finished run's result, or the JSON error to answer instead (404, 409)."""
         handler_id = request.path_params["handler_id"]
-        handler = await runs.finished(handler_id)
+        handler = await runs.stored(handler_id)
         if handler is None:
             return JSONResponse({"detail": f"No run {handler_id!r}."}, status_code=404)
         if handler.status == "running":

@@ -40,10 +40,9 @@ def run_routes(service: RunService) -> list[Route]:
             return refusal(refused)
         try:
             await run.result()
-        except BaseException as exc:  # noqa: BLE001 - the record says how it ended
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-        stored = await service.finished(run.handler_id)
+        except Exception:  # noqa: BLE001, S110 - failed, cancelled or timed out: the record says which
+            pass
+        stored = await service.stored(run.handler_id)
         data = handler_data_from_persistent(stored) if stored is not None else run.record
         return JSONResponse(data.model_dump(), status_code=200 if data.status == "completed" else 500)
 
