@@ -1,13 +1,15 @@
 """Event-loop responsiveness: 20 offline runs at once on one loop, a 10 ms timer beside them.
 
     python benchmarks/event_loop.py [--chunks 10000] [--runs 20] [--rounds 5]
-        [--executor pool|to_thread] [--workers N] [--switch-interval SECONDS]
+        [--executor pool|to_thread] [--workers N] [--switch-interval SECONDS] [--no-settle-heap]
 
 The index is scale.py's corpus (`make_corpus`: shuffled sentences of the shared dev corpora,
 four per document, one chunk each), ingested once into benchmarks/out/event_loop/<chunks>/ and
 reused. The workflow is `build_workflow` with the offline defaults (hybrid retrieval, lexical
 grader, strip refiner, keyword rewriter, local web search over the sample "web",
-extractive synthesis): everything is loaded before the first run.
+extractive synthesis): everything is loaded before the first run. Then `crag.settle_heap()`,
+as a process that serves runs calls it (`crag serve` does); `--no-settle-heap` leaves the
+garbage collector as `build_workflow` leaves it, as in a notebook.
 
 A task on the same loop asks to wake every 10 ms; its lateness (woken minus asked) is what
 any other request on a server would wait for. Printed for one run and for `--runs` runs
@@ -114,6 +116,8 @@ async def main_async(args: argparse.Namespace) -> None:
         rewriter=LLMRewriter(fake),
         synthesizer=LLMSynthesizer(fake),
     )
+    if args.settle_heap:
+        crag.settle_heap()
     asked = questions(args.data, args.runs)
 
     def runs(workflow: object, count: int) -> Callable[[], Awaitable[object]]:
@@ -134,7 +138,8 @@ async def main_async(args: argparse.Namespace) -> None:
             times = [await wall(runs(workflow, count)) for _ in range(args.rounds)]
             figures[f"wall_ms_{label}_{name}"] = 1000 * statistics.median(times)
     print(f"chunks: {len(index)}  executor: {args.executor} ({_offload.WORKERS} workers"
-          f"{'' if args.executor == 'pool' else ', ignored'})  model latency: {MODEL_LATENCY * 1000:.0f} ms")
+          f"{'' if args.executor == 'pool' else ', ignored'})  model latency: {MODEL_LATENCY * 1000:.0f} ms"
+          f"  heap settled: {'yes' if args.settle_heap else 'no'}")
     for key, value in figures.items():
         print(f"{key}: {value:.1f}")
     goal = figures[f"timer_late_max_ms_{args.runs}_runs"]
@@ -150,6 +155,8 @@ def main() -> int:
     parser.add_argument("--executor", choices=("pool", "to_thread"), default="pool")
     parser.add_argument("--workers", type=int, default=_offload.WORKERS, help="threads in crag's pool")
     parser.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval, seconds")
+    parser.add_argument("--no-settle-heap", dest="settle_heap", action="store_false",
+                        help="leave the garbage collector alone, as a library user's process would")
     args = parser.parse_args()
     _offload.WORKERS = args.workers
     if args.switch_interval:

@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.func in (_ask, _mcp, _serve):
         from crag._offload import hold_collection
 
-        hold_collection()  # until the workflow is loaded (`settle_heap`): a fifth of a cold start
+        # Until the workflow is loaded (`settle_heap`): a fifth of a cold start. These commands
+        # own their process, so they tune its collector; `build_workflow` never does.
+        hold_collection()
     from workflows.errors import WorkflowTimeoutError
 
     from crag.errors import CragError
@@ -205,6 +207,7 @@ def _ask(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
+    from crag._offload import settle_heap
     from crag.app.progress import AnswerPrinter, run_with_progress, step_progress
     from crag.workflows.explain import WEB_FIX
     from crag.workflows.factory import build_workflow
@@ -231,6 +234,7 @@ def _ask(args: argparse.Namespace) -> int:
         raise QueryError(f"The question is not UTF-8 text (at character {exc.start + 1}); "
                          "check the terminal's encoding, or retype it.") from None
     workflow = build_workflow(settings)
+    settle_heap()  # the collector back on, off what is loaded
     stream = not args.json and (sys.stdout.isatty() if args.stream is None else args.stream)
     printer = AnswerPrinter() if stream else None
     # Streaming, progress is plain lines: a live display would hold partial lines back.
@@ -421,7 +425,7 @@ def _mcp(args: argparse.Namespace) -> int:
     engine = Engine(settings)
     # The workflow loads in a thread while the handshake is answered: both are Python under one
     # GIL, so starting it before the SDK's import would only slow that import (the handshake).
-    engine.start_loading()
+    engine.start_loading(settle_heap=True)  # this process is crag mcp's own
     asyncio.run(serve_stdio(engine, allow_ingest=args.allow_ingest))
     return 0
 

@@ -33,7 +33,7 @@ from starlette.middleware import Middleware
 from workflows.plugins.basic import BasicRuntime
 
 from crag import text
-from crag._offload import SERVING_THRESHOLDS
+from crag._offload import settle_heap
 from crag.app.mcp_engine import Engine
 from crag.app.server.admission import Admission, AdmissionMiddleware, track_runs
 from crag.app.server.auth import ApiKeyMiddleware
@@ -139,18 +139,18 @@ def build_server(
 
 
 def tune_collector() -> None:
-    """Freeze what the server loaded, once everything is loaded.
+    """Freeze what the server loaded, once everything is loaded: `crag serve` owns its process.
 
     What exists now (the index, the models, the libraries, the server) is frozen out of the
     garbage collector's view after one full collection, so that its full passes stop walking
-    it; the first workflow made them rarer too (`crag._offload.settle_heap`). Under
-    benchmarks/throughput.py the two cut the server's CPU per question by about a sixth
-    (figures in docs/measured.md). A workflow replaced by a reload is not frozen, so it is
-    collected.
+    it, and those passes are made rarer (`crag.settle_heap`, which also turns the collector
+    back on: `crag serve` held it off while loading). Under benchmarks/throughput.py the two
+    cut the server's CPU per question by about a sixth (figures in docs/measured.md). A
+    workflow replaced by a reload is not frozen, so it is collected. `build_server` leaves
+    the collector alone, for an app that mounts crag's.
     """
     gc.collect()
-    gc.freeze()
-    gc.set_threshold(*SERVING_THRESHOLDS)  # set already, unless the workflow was built elsewhere
+    settle_heap()
 
 
 def serve(settings: Settings) -> None:
