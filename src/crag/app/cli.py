@@ -141,7 +141,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("mcp", help="serve the workflow to MCP clients (Claude Desktop, VS Code) over stdio",
                        description="A Model Context Protocol server on stdin/stdout: tools ask and "
-                       "search, the index manifest and run traces as resources. Needs crag[mcp].")
+                       "search, the index manifest and run traces as resources. "
+                       "Needs crag-workflows[mcp].")
     p.add_argument("--index", type=Path)
     p.add_argument("--web-corpus", type=Path, help="folder or .jsonl searched as the web (offline)")
     p.add_argument("--allow-ingest", action="store_true",
@@ -401,7 +402,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-MCP_HINT = "crag mcp needs the MCP SDK, which is not installed: pip install 'crag[mcp]'"
+MCP_HINT = "crag mcp needs the MCP SDK, which is not installed: pip install 'crag-workflows[mcp]'"
 
 
 def _mcp(args: argparse.Namespace) -> int:

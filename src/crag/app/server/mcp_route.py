@@ -7,7 +7,7 @@ The tools run on the server's current workflow, swapped when the index is reload
 call waits for a place under the server's admission control as a run request does (a full
 queue is a tool error saying so); their runs are not kept in the run store. `ingest`
 is not offered here (writes go through `crag ingest`, which the reload then picks up).
-Without the `mcp` package there is no `/mcp`: `crag[mcp]` adds it.
+Without the `mcp` package there is no `/mcp`: `crag-workflows[mcp]` adds it.
 """
 
 from __future__ import annotations
