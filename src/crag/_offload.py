@@ -100,24 +100,24 @@ SERVING_THRESHOLDS = (10_000, 50, 100)  # gc.set_threshold's, for a process that
 def settle_heap() -> None:
     """Tune Python's garbage collector for a process that serves runs, once its workflow is built.
 
-    Process-wide, so crag never calls it on its own: `crag serve`, `crag ask` and `crag mcp`
-    call it because they own their process, and a web app, worker or notebook of your own may
-    choose to. The first call in a process moves every object alive now out of the cyclic
-    collector's reach (`gc.freeze`) and makes its passes rarer (`gc.set_threshold` with
-    `SERVING_THRESHOLDS`); later calls change nothing. Every call turns the collector back on
-    if `hold_collection` had turned it off.
+    Process-wide, so the library never calls it (`build_workflow` does not): `crag serve`,
+    `crag ask` and `crag mcp` call it because they own their process, and a web app or a
+    worker of your own may choose to. The first call in a process moves every object alive
+    now out of the cyclic collector's reach (`gc.freeze`) and makes its passes rarer
+    (`gc.set_threshold` with `SERVING_THRESHOLDS`); later calls change nothing. Every call
+    turns the collector back on if `hold_collection` had turned it off.
 
     Why: once a workflow is loaded, most of the heap is imported code (~150k objects:
     llama-index, pydantic, the engine) that lives as long as the process. A full collection
     walks all of it, and it runs on the event loop's thread: with 20 runs at once it held the
-    loop up to ~100 ms, and about 13 ms once settled (`benchmarks/event_loop.py`, figures in
+    loop up to ~100 ms, under 20 ms once settled (`benchmarks/event_loop.py`, figures in
     docs/measured.md).
 
     The cost: frozen objects are still freed when nothing refers to them, but a frozen
     reference cycle never is. A workflow is one, so the workflow alive at the first call stays
     in memory for good, even once replaced (a reload, a notebook cell run again); hence the
-    first call only, and workflows built after it are collected as usual. Call it after
-    building the workflow you keep, not before each build. The young generations are
+    first call only, and workflows built after it are collected as usual: call it once the
+    workflow you keep is built. The young generations are
     collected before freezing when the collector is on (cheap: they are small; while it is
     held everything is young, and that would be a full pass).
 
