@@ -117,9 +117,9 @@ def settle_heap() -> None:
     reference cycle never is. A workflow is one, so the workflow alive at the first call stays
     in memory for good, even once replaced (a reload, a notebook cell run again); hence the
     first call only, and workflows built after it are collected as usual: call it once the
-    workflow you keep is built. The young generations are
-    collected before freezing when the collector is on (cheap: they are small; while it is
-    held everything is young, and that would be a full pass).
+    workflow you keep is built. The young generations are collected before freezing when the
+    collector is on (cheap: they are small; while it is held everything is young, and that
+    would be a full pass).
 
     Example:
         workflow = crag.build_workflow(settings)
