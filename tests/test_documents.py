@@ -228,7 +228,7 @@ def test_a_pptx_without_the_office_extra_names_the_install_that_fixes_it(
 
     monkeypatch.setitem(sys.modules, "pptx", None)  # as if python-pptx were not installed
     with pytest.raises(crag.IngestError, match=r"launch.pptx: reading .pptx needs the office extra: "
-                       r"pip install 'crag\[office\]'"):
+                       r"pip install 'crag-workflows\[office\]'"):
         documents("launch.pptx")
 
 

@@ -103,7 +103,7 @@ def test_without_the_sdk_crag_mcp_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "mcp", None)  # as if not installed: find_spec says None
     assert main(["mcp", "--index", str(sample_index_dir)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "pip install 'crag[mcp]'" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "pip install 'crag-workflows[mcp]'" in err and "Traceback" not in err
 
 
 def test_crag_mcp_on_a_missing_index_fails_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

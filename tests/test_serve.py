@@ -351,13 +351,18 @@ def test_a_store_crag_cannot_use_is_a_config_error(store: str, problem: str) -> 
         store_for(Settings.load(env={}, server={"store": store}))
 
 
-def test_the_server_process_freezes_what_it_loaded_and_collects_less_often() -> None:
+def test_the_server_process_freezes_what_it_loaded_and_collects_less_often(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`crag serve` owns its process, so it tunes the collector that `build_workflow` leaves alone."""
+    import crag._offload
     from crag.app.server import tune_collector
 
     before = gc.get_threshold()
+    monkeypatch.setattr(crag._offload, "_heap_settled", False)  # as in `crag serve`'s process
     try:
         gc.unfreeze()
-        gc.set_threshold(700, 10, 10)  # Python's defaults, as in a server whose workflow came from elsewhere
+        gc.set_threshold(700, 10, 10)  # Python's defaults, which building the workflow kept
         tune_collector()
         assert gc.get_freeze_count() > 0
         assert gc.get_threshold()[0] > 700

@@ -42,6 +42,7 @@ _WHERE = {
     "CorrectiveRAGWorkflow": "crag.workflows",
     "build_workflow": "crag.workflows.factory",
     "run_sync": "crag._offload",
+    "settle_heap": "crag._offload",
 }
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "build_workflow",
     "ingest",
     "run_sync",
+    "settle_heap",
 ]
 
 
@@ -109,7 +111,7 @@ def __dir__() -> list[str]:
 
 
 if _TYPE_CHECKING:
-    from crag._offload import run_sync
+    from crag._offload import run_sync, settle_heap
     from crag.config import Settings
     from crag.errors import (
         ConfigError,

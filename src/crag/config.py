@@ -75,7 +75,7 @@ class VectorStoreSettings(_Section):
     kind: Literal["embedded", "server"] = Field(
         "embedded",
         description="embedded: exact search over the index's embeddings, no server; "
-        "server: a Chroma server at uri (pip install 'crag[chroma]').",
+        "server: a Chroma server at uri (pip install 'crag-workflows[chroma]').",
     )
     uri: str | None = Field(None, description="Chroma server URL for kind 'server', e.g. http://host:8000.")
     token: SecretStr | None = Field(None, description="Bearer token for the server, if it asks for one.")

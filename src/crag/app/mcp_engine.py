@@ -46,10 +46,13 @@ class Engine:
         engine._future.set_result(runs.workflow)
         return engine
 
-    def start_loading(self) -> None:
-        """Load the index and build the workflow in a thread; `runs()` waits for it."""
+    def start_loading(self, *, settle_heap: bool = False) -> None:
+        """Load the index and build the workflow in a thread; `runs()` waits for it.
 
-        from crag._offload import settle_heap
+        With `settle_heap`, for a process that is the engine's alone (`crag mcp`), what is
+        loaded is then frozen out of the garbage collector's passes (`crag.settle_heap`)."""
+
+        from crag import _offload
 
         def load() -> None:
             try:
@@ -57,11 +60,16 @@ class Engine:
 
                 workflow = build_workflow(self.settings)
                 import crag.app.runs  # noqa: F401 - the service's imports, here rather than on the loop
-
-                self._future.set_result(workflow)
+                import llama_agents.server  # noqa: F401
             except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits it
-                settle_heap()  # the collector back on, were it held for the loading
+                _offload.resume_collection()  # were it held for the loading
                 self._future.set_exception(exc)
+                return
+            if settle_heap:  # before the result is set, so the first tool call finds it done
+                _offload.settle_heap()
+            else:
+                _offload.resume_collection()
+            self._future.set_result(workflow)
 
         Thread(target=load, name="crag-mcp-load", daemon=True).start()
 

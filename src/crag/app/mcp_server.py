@@ -154,7 +154,7 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("crag")
+        return version("crag-workflows")  # the distribution's name (pyproject.toml), not the import's
     except PackageNotFoundError:  # run from a source tree that was never installed
         return ""
 

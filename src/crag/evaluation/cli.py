@@ -147,7 +147,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.out is not None and not charts_available():
         print(
             "crag: note: matplotlib is not installed, so --out gets no charts "
-            "(pip install 'crag[eval]')",
+            "(pip install 'crag-workflows[eval]')",
             file=sys.stderr,
         )
     options = EvalOptions(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crag._offload import settle_heap, warm_up
+from crag._offload import warm_up
 from crag.config import LLMSettings, Settings
 from crag.errors import ConfigError
 from crag.index import ChunkIndex
@@ -55,9 +55,9 @@ def build_workflow(
     `crag serve` on PostgreSQL passes one in PostgreSQL), unless `[cache] enabled` is false.
 
     Every component is warmed up (`warm_up_workflow`) before it is returned, so the first
-    run's steps do their own work, not loading. The first build in a process also freezes
-    what is loaded out of the garbage collector's full passes and makes those passes rarer:
-    process-wide settings (`gc.freeze`, `gc.set_threshold`), as a server wants them.
+    run's steps do their own work, not loading. Nothing process-wide changes: a process that
+    serves runs may then tune the garbage collector for them with `crag.settle_heap()`, as
+    `crag serve`, `crag ask` and `crag mcp` do.
 
     Example:
         wf = build_workflow(Settings.load(), grader=MyGrader())
@@ -134,13 +134,9 @@ def warm_up_workflow(workflow: object, index: ChunkIndex | None = None) -> None:
     """Load every model, store and table the workflow's components (and `index`) would
     otherwise load in their first step; each component's `warm_up`, where it has one.
 
-    Cheap when done already: `crag serve` calls it on whatever workflow it was given. The
-    first time in a process, what is loaded then is frozen out of the garbage collector's full
-    passes, which run on the event loop's thread, and those passes are made rarer
-    (`crag._offload.settle_heap`: process-wide, as `gc.freeze` and `gc.set_threshold` are).
+    Cheap when done already: `crag serve` calls it on whatever workflow it was given.
     """
     warm_up(index, *(getattr(workflow, name, None) for name in COMPONENTS))
-    settle_heap()
 
 
 # The attributes under which crag's workflows (corrective and plain) keep their components.

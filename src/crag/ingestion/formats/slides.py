@@ -1,4 +1,5 @@
-"""PowerPoint (.pptx): one Document per slide, with its number and title; needs `crag[office]`.
+"""PowerPoint (.pptx): one Document per slide, with its number and title; needs the office
+extra (`crag-workflows[office]`).
 
 python-pptx brings lxml (15 MB), which the default install has no room for.
 """
@@ -14,7 +15,7 @@ from llama_index.core.schema import Document
 from crag.errors import IngestError
 from crag.ingestion.formats import doc_id, require_bytes, short_reason
 
-EXTRA_HINT = "pip install 'crag[office]'"
+EXTRA_HINT = "pip install 'crag-workflows[office]'"
 
 
 def read_slides(path: Path, data: bytes) -> Iterator[Document]:
