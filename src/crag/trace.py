@@ -66,6 +66,11 @@ class StepRecord(BaseModel):
         for child in self.substeps:
             yield from child.walk()
 
+    def degrade(self, message: str) -> None:
+        """Add `message` to what degraded in this step, after what is there (one step may fall
+        back more than once: a batch grade, then some chunks' grades)."""
+        self.degraded = f"{self.degraded}; {message}" if self.degraded else message
+
     def emit(self, event: E) -> E:
         """Note that this step emits `event`, and return it."""
         self.output_events.append(type(event).__name__)
@@ -257,7 +262,7 @@ def note_degraded(message: str) -> None:
     """
     record = _current_step.get()
     if record is not None:
-        record.degraded = f"{record.degraded}; {message}" if record.degraded else message
+        record.degrade(message)
 
 
 def note_cache_hits(count: int) -> None:

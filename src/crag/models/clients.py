@@ -15,10 +15,10 @@ from crag.models.http_pools import MAX_IN_FLIGHT, async_http_client
 
 
 class LLMFactory:
-    """Builds the configured chat model lazily, once; `budgeted`: each call is charged to the
-    running question's budget first (`BudgetedLLM`)."""
+    """Builds the configured chat model lazily, once; `budgeted` (default): each call is charged
+    to the running question's budget first, and ended by its deadline (`BudgetedLLM`)."""
 
-    def __init__(self, settings: LLMSettings, *, budgeted: bool = False) -> None:
+    def __init__(self, settings: LLMSettings, *, budgeted: bool = True) -> None:
         self.settings = settings
         self.budgeted = budgeted
 
@@ -49,6 +49,8 @@ def openai_llm(settings: LLMSettings) -> LLM:
         api_key=api_key,
         temperature=0.0,
         timeout=settings.timeout,
+        # Every call has a reply-length limit: this one unless the call sets its purpose's own.
+        max_tokens=settings.max_tokens,
         max_retries=0,  # llama-index's retry loop; the client's are set below
     )
     checked_openai, checked_openai_like = checked_classes()

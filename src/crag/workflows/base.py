@@ -223,7 +223,7 @@ async def or_fallback(
     try:
         return await attempt()
     except Exception as exc:  # noqa: BLE001 - any failure of the component has the same remedy
-        record.degraded = f"{what} failed ({describe(exc)}); {remedy}"
+        record.degrade(f"{what} failed ({describe(exc)}); {remedy}")
         return await fallback()
 
 

@@ -245,7 +245,8 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             }
             fallbacks = [g for g in grades if g.note]
             if fallbacks:
-                record.degraded = f"{len(fallbacks)} of {len(grades)} grades by a fallback ({fallbacks[0].note})"
+                # After the batch grader's own note, if it fell back: both are what happened.
+                record.degrade(f"{len(fallbacks)} of {len(grades)} grades by a fallback ({fallbacks[0].note})")
             if verdict is Verdict.CORRECT:
                 return record.emit(RefineInternalEvent(query=ev.query, chunks=kept))
             if verdict is Verdict.AMBIGUOUS:
