@@ -4,12 +4,18 @@
 the running question's `Budget` (`crag.budget`), which refuses it with `BudgetReached` once the
 budget is spent. The wrapped model's own instrumentation still reports each call, so the run's
 trace counts calls and tokens once, as the model made them.
+
+The async calls end by the run's deadline (`Budget.deadline`): a call still waiting then, its
+retries and their backoff included, is cancelled and raises `DeadlineReached`; a stream is
+ended between two pieces. A call that ends without a reply, by the deadline or by an error,
+is still counted on the step that made it (`note_unfinished_call`): it was sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Any, TypeVar
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -24,15 +30,19 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms.llm import LLM
 from pydantic import Field
 
-from crag.budget import current_budget
+from crag.budget import Budget, BudgetReached, DeadlineReached, current_budget
 from crag.cost import call_tokens
 from crag.cost import messages_text as _text
+from crag.trace import note_unfinished_call
+
+T = TypeVar("T")
 
 
-def _charge() -> None:
+def _charge() -> Budget | None:
     budget = current_budget()
     if budget is not None:
         budget.charge_call()
+    return budget
 
 
 def _spent(response: ChatResponse | CompletionResponse | None, prompt: str) -> None:
@@ -45,8 +55,48 @@ def _spent(response: ChatResponse | CompletionResponse | None, prompt: str) -> N
     budget.add_tokens(prompt_tokens + completion_tokens)
 
 
+async def _by_deadline(budget: Budget | None, work: Awaitable[T], prompt: str) -> T:
+    """`await work`, ended at the budget's deadline (`DeadlineReached`); a call that ends
+    without a reply is counted on the running step."""
+    left = budget.time_left() if budget is not None else None
+    try:
+        if left is None:
+            return await work
+        return await asyncio.wait_for(work, left)
+    except asyncio.TimeoutError:
+        assert budget is not None
+        budget.stop()
+        note_unfinished_call(prompt)
+        raise DeadlineReached(f"the run's deadline for model calls ended the call after {left:.1f} s") from None
+    except (BudgetReached, DeadlineReached, StopAsyncIteration):  # refused, counted, or a stream's end
+        raise
+    except Exception:
+        note_unfinished_call(prompt)
+        raise
+
+
+async def _relay(budget: Budget | None, stream: AsyncIterator[T], prompt: str, last: list[Any]) -> AsyncIterator[T]:
+    """The stream's pieces, each awaited by the deadline: a model that never stops is ended."""
+    try:
+        while True:
+            try:
+                piece = await _by_deadline(budget, stream.__anext__(), prompt)  # type: ignore[arg-type]
+            except StopAsyncIteration:
+                return
+            last[:] = [piece]
+            yield piece
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:  # a stream ended early lets its connection go now, not when collected
+            try:
+                await close()
+            except Exception:  # noqa: BLE001 - it failed already; closing it must not hide why
+                pass
+
+
 class BudgetedLLM(LLM):
-    """`llm`, with each call charged to the running question's budget before it is made."""
+    """`llm`, with each call charged to the running question's budget before it is made, and
+    each async call ended by the run's deadline."""
 
     llm: LLM = Field(description="The model that answers.")
 
@@ -65,8 +115,8 @@ class BudgetedLLM(LLM):
         return response
 
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        _charge()
-        response = await self.llm.achat(messages, **kwargs)
+        budget = _charge()
+        response = await _by_deadline(budget, self.llm.achat(messages, **kwargs), _text(messages))
         _spent(response, _text(messages))
         return response
 
@@ -77,8 +127,8 @@ class BudgetedLLM(LLM):
         return response
 
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        _charge()
-        response = await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
+        budget = _charge()
+        response = await _by_deadline(budget, self.llm.acomplete(prompt, formatted=formatted, **kwargs), prompt)
         _spent(response, prompt)
         return response
 
@@ -90,14 +140,15 @@ class BudgetedLLM(LLM):
         _spent(last, _text(messages))
 
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
-        _charge()
-        inner = await self.llm.astream_chat(messages, **kwargs)
+        budget = _charge()
+        prompt = _text(messages)
+        inner = await _by_deadline(budget, self.llm.astream_chat(messages, **kwargs), prompt)
 
         async def relay() -> ChatResponseAsyncGen:
-            last = None
-            async for last in inner:
-                yield last
-            _spent(last, _text(messages))
+            last: list[Any] = []
+            async for piece in _relay(budget, inner, prompt, last):
+                yield piece
+            _spent(last[0] if last else None, prompt)
 
         return relay()
 
@@ -111,13 +162,13 @@ class BudgetedLLM(LLM):
     async def astream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseAsyncGen:
-        _charge()
-        inner = await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
+        budget = _charge()
+        inner = await _by_deadline(budget, self.llm.astream_complete(prompt, formatted=formatted, **kwargs), prompt)
 
         async def relay() -> CompletionResponseAsyncGen:
-            last = None
-            async for last in inner:
-                yield last
-            _spent(last, prompt)
+            last: list[Any] = []
+            async for piece in _relay(budget, inner, prompt, last):
+                yield piece
+            _spent(last[0] if last else None, prompt)
 
         return relay()

@@ -126,6 +126,7 @@ def build_workflow(
         speculative_rewrite=settings.rewriter.speculative,
         speculative_refine=settings.refiner.speculative,
         timeout=settings.run.timeout,
+        fallback_seconds=settings.run.fallback_seconds,
         budget=settings.budget,
         price_in=settings.llm.price_in,
         price_out=settings.llm.price_out,
