@@ -43,6 +43,8 @@ class Budget:
     deadline: float | None = None  # time.monotonic() by which every model call has ended
     spent_calls: int = 0
     spent_tokens: int = 0
+    spent_in: int = 0  # of spent_tokens, the prompts'
+    estimated: bool = False  # some tokens were counted here: the server reported none
     refused: int = 0
     stopped: int = 0  # calls ended or refused at the deadline
     started: float = field(default_factory=time.monotonic)
@@ -78,10 +80,12 @@ class Budget:
         with self._lock:
             self.stopped += 1
 
-    def add_tokens(self, count: int) -> None:
-        """Count tokens a finished call used (a call already made is never undone)."""
+    def add_tokens(self, count: int, *, prompt: int = 0, estimated: bool = False) -> None:
+        """Count tokens a call used, `prompt` of them its prompt's (a call already made is never undone)."""
         with self._lock:
             self.spent_tokens += max(int(count), 0)
+            self.spent_in += max(int(prompt), 0)
+            self.estimated |= estimated
 
     def _spent_reason(self) -> str | None:
         if self.calls is not None and self.spent_calls >= self.calls:

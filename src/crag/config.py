@@ -204,6 +204,13 @@ class LLMSettings(_Section):
     price_out: float | None = Field(None, ge=0, description="US dollars per million completion tokens.")
     # Reply-length limits (`max_tokens`) per purpose: a small model that rambles or never stops
     # costs at most this much, and a structured reply cut at its limit is refused, not read.
+    in_flight: int = Field(
+        64, gt=0,
+        description="Model requests in flight at once, per process (default 64); more wait in crag, their "
+        "timeout not yet running. Set it to the server's parallel slots for a server that serves one or "
+        "two requests at a time (llama.cpp's --parallel, OLLAMA_NUM_PARALLEL): a request queued there "
+        "times out and is sent again.",
+    )
     max_tokens_grade: int = Field(8, gt=0, description="One grade: a number from 0 to 10.")
     max_tokens_batch_grade: int = Field(
         128, gt=0, description="A JSON list of grades, all chunks in one call (about 3 tokens a grade)."

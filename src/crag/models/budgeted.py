@@ -31,7 +31,7 @@ from llama_index.core.llms.llm import LLM
 from pydantic import Field
 
 from crag.budget import Budget, BudgetReached, DeadlineReached, current_budget
-from crag.cost import call_tokens
+from crag.cost import call_tokens, count_tokens
 from crag.cost import messages_text as _text
 from crag.trace import note_unfinished_call
 
@@ -51,8 +51,18 @@ def _spent(response: ChatResponse | CompletionResponse | None, prompt: str) -> N
     if budget is None or response is None:
         return
     reply = response.message.content if isinstance(response, ChatResponse) else response.text
-    prompt_tokens, completion_tokens, _ = call_tokens(response.additional_kwargs, lambda: (prompt, str(reply or "")))
-    budget.add_tokens(prompt_tokens + completion_tokens)
+    prompt_tokens, completion_tokens, estimated = call_tokens(
+        response.additional_kwargs, lambda: (prompt, str(reply or ""))
+    )
+    budget.add_tokens(prompt_tokens + completion_tokens, prompt=prompt_tokens, estimated=estimated)
+
+
+def _unfinished(budget: Budget | None, prompt: str) -> None:
+    """A call that ended without a reply: sent, so its prompt is counted, on the step and the budget."""
+    note_unfinished_call(prompt)
+    if budget is not None:
+        tokens = count_tokens(prompt)
+        budget.add_tokens(tokens, prompt=tokens, estimated=True)
 
 
 async def _by_deadline(budget: Budget | None, work: Awaitable[T], prompt: str) -> T:
@@ -66,12 +76,12 @@ async def _by_deadline(budget: Budget | None, work: Awaitable[T], prompt: str) -
     except asyncio.TimeoutError:
         assert budget is not None
         budget.stop()
-        note_unfinished_call(prompt)
+        _unfinished(budget, prompt)
         raise DeadlineReached(f"the run's deadline for model calls ended the call after {left:.1f} s") from None
     except (BudgetReached, DeadlineReached, StopAsyncIteration):  # refused, counted, or a stream's end
         raise
     except Exception:
-        note_unfinished_call(prompt)
+        _unfinished(budget, prompt)
         raise
 
 

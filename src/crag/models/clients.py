@@ -63,7 +63,8 @@ def openai_llm(settings: LLMSettings) -> LLM:
         )
     else:
         llm = checked_openai(**common)
-    llm.set_client_limits(
-        retries=settings.max_retries, max_in_flight=MAX_IN_FLIGHT, new_http_client=async_http_client
-    )
+    # A request waiting in crag has no timeout running; one queued at a one-at-a-time server
+    # would time out there and be sent again, doubling the server's work.
+    in_flight = min(settings.in_flight, MAX_IN_FLIGHT)
+    llm.set_client_limits(retries=settings.max_retries, max_in_flight=in_flight, new_http_client=async_http_client)
     return llm
