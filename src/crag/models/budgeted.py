@@ -109,6 +109,14 @@ class BudgetedLLM(LLM):
     each async call ended by the run's deadline."""
 
     llm: LLM = Field(description="The model that answers.")
+    max_tokens: int | None = Field(
+        default=None, description="The reply-length limit of a chat call that sets none of its own."
+    )
+
+    def _limited(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self.max_tokens is not None:
+            kwargs.setdefault("max_tokens", self.max_tokens)
+        return kwargs
 
     @classmethod
     def class_name(cls) -> str:
@@ -120,13 +128,13 @@ class BudgetedLLM(LLM):
 
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         _charge()
-        response = self.llm.chat(messages, **kwargs)
+        response = self.llm.chat(messages, **self._limited(kwargs))
         _spent(response, _text(messages))
         return response
 
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         budget = _charge()
-        response = await _by_deadline(budget, self.llm.achat(messages, **kwargs), _text(messages))
+        response = await _by_deadline(budget, self.llm.achat(messages, **self._limited(kwargs)), _text(messages))
         _spent(response, _text(messages))
         return response
 
@@ -145,14 +153,14 @@ class BudgetedLLM(LLM):
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         _charge()
         last = None
-        for last in self.llm.stream_chat(messages, **kwargs):
+        for last in self.llm.stream_chat(messages, **self._limited(kwargs)):
             yield last
         _spent(last, _text(messages))
 
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
         budget = _charge()
         prompt = _text(messages)
-        inner = await _by_deadline(budget, self.llm.astream_chat(messages, **kwargs), prompt)
+        inner = await _by_deadline(budget, self.llm.astream_chat(messages, **self._limited(kwargs)), prompt)
 
         async def relay() -> ChatResponseAsyncGen:
             last: list[Any] = []

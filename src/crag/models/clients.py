@@ -25,7 +25,9 @@ class LLMFactory:
     @cached_property
     def llm(self) -> LLM:
         llm = openai_llm(self.settings)
-        return BudgetedLLM(llm=llm) if self.budgeted else llm
+        # Every call has a reply-length limit: its purpose's own, else `[llm] max_tokens`. Not
+        # the client's `max_tokens`, which llama-index sends in place of any call's own.
+        return BudgetedLLM(llm=llm, max_tokens=self.settings.max_tokens) if self.budgeted else llm
 
 
 def openai_llm(settings: LLMSettings) -> LLM:
@@ -49,8 +51,6 @@ def openai_llm(settings: LLMSettings) -> LLM:
         api_key=api_key,
         temperature=0.0,
         timeout=settings.timeout,
-        # Every call has a reply-length limit: this one unless the call sets its purpose's own.
-        max_tokens=settings.max_tokens,
         max_retries=0,  # llama-index's retry loop; the client's are set below
     )
     checked_openai, checked_openai_like = checked_classes()
