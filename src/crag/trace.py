@@ -24,7 +24,7 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMCompletionEndEvent
 from pydantic import BaseModel, Field
 
-from crag.cost import call_tokens, messages_text
+from crag.cost import call_tokens, count_tokens, messages_text
 
 E = TypeVar("E")
 
@@ -65,6 +65,11 @@ class StepRecord(BaseModel):
         yield self
         for child in self.substeps:
             yield from child.walk()
+
+    def degrade(self, message: str) -> None:
+        """Add `message` to what degraded in this step, after what is there (one step may fall
+        back more than once: a batch grade, then some chunks' grades)."""
+        self.degraded = f"{self.degraded}; {message}" if self.degraded else message
 
     def emit(self, event: E) -> E:
         """Note that this step emits `event`, and return it."""
@@ -257,7 +262,18 @@ def note_degraded(message: str) -> None:
     """
     record = _current_step.get()
     if record is not None:
-        record.degraded = f"{record.degraded}; {message}" if record.degraded else message
+        record.degrade(message)
+
+
+def note_unfinished_call(prompt: str) -> None:
+    """Count a model call that ended without a reply (the run's deadline ended it, the server
+    failed) on the running step: it was sent, so it costs; its prompt tokens are counted here,
+    as the server reported none (no-op outside a step)."""
+    record = _current_step.get()
+    if record is not None:
+        record.llm_calls += 1
+        record.prompt_tokens += count_tokens(prompt)
+        record.estimated_tokens = True
 
 
 def note_cache_hits(count: int) -> None:

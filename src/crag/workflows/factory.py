@@ -65,7 +65,7 @@ def build_workflow(
     settings = settings or Settings.load()
     index = index if index is not None else ChunkIndex.load(settings.index.path, settings.vector_store)
     embed_model = WordLlamaEmbedding()
-    llms = LLMFactory(settings.llm, budgeted=settings.budget.limited)
+    llms = LLMFactory(settings.llm)  # every call charged to its run's budget, and ended by its deadline
     use_llm = settings.llm.configured
     evaluator = LexicalEvaluator(index.term_stats)
 
@@ -75,14 +75,17 @@ def build_workflow(
 
     grader = _grader(settings, index, llms, evaluator, model_wanted=pick(settings.grader.kind),
                      cache=grade_cache)
-    rewriter: QueryRewriter = LLMRewriter(llms.llm) if pick(settings.rewriter.kind) else KeywordRewriter()
+    limit = settings.llm  # each purpose's reply-length limit
+    rewriter: QueryRewriter = (
+        LLMRewriter(llms.llm, max_tokens=limit.max_tokens_rewrite) if pick(settings.rewriter.kind) else KeywordRewriter()
+    )
     synthesizer: Synthesizer = (
-        LLMSynthesizer(llms.llm)
+        LLMSynthesizer(llms.llm, max_tokens=limit.max_tokens_answer)
         if pick(settings.synthesizer.kind)
         else ExtractiveSynthesizer(max_sentences=settings.synthesizer.max_sentences)
     )
     kind = settings.decomposer.kind
-    decomposer = LLMDecomposer(llms.llm) if pick(kind) else None if kind == "none" else RuleDecomposer(index.term_stats)
+    decomposer = LLMDecomposer(llms.llm, max_tokens=limit.max_tokens_decompose) if pick(kind) else None if kind == "none" else RuleDecomposer(index.term_stats)
     defaults = dict(
         retriever=_summary_retriever(settings, index, embed_model, llms, components)
         if settings.retriever.kind == "summary"
@@ -99,7 +102,8 @@ def build_workflow(
         ),
         rewriter=rewriter,
         # A follow-up is made standalone as questions are rewritten: by the model when asked for.
-        condenser=LLMCondenser(llms.llm) if pick(settings.rewriter.kind) else RuleCondenser(),
+        condenser=LLMCondenser(llms.llm, max_tokens=limit.max_tokens_condense)
+        if pick(settings.rewriter.kind) else RuleCondenser(),
         decomposer=decomposer,
         web_search=_web_search(settings),
         synthesizer=synthesizer,
@@ -122,6 +126,7 @@ def build_workflow(
         speculative_rewrite=settings.rewriter.speculative,
         speculative_refine=settings.refiner.speculative,
         timeout=settings.run.timeout,
+        fallback_seconds=settings.run.fallback_seconds,
         budget=settings.budget,
         price_in=settings.llm.price_in,
         price_out=settings.llm.price_out,
@@ -156,10 +161,12 @@ def _grader(
     options = settings.grader
     if options.kind != "cascade" and not model_wanted:
         return evaluator
-    model: Grader = LLMGrader(llms.llm, fallback=evaluator, concurrency=options.concurrency)
+    model: Grader = LLMGrader(
+        llms.llm, fallback=evaluator, concurrency=options.concurrency, max_tokens=settings.llm.max_tokens_grade
+    )
     version = prompt_version(GRADE_PROMPT)
     if options.batch:
-        model = BatchLLMGrader(llms.llm, per_chunk=model)
+        model = BatchLLMGrader(llms.llm, per_chunk=model, max_tokens=settings.llm.max_tokens_batch_grade)
         version = prompt_version(BATCH_GRADE_PROMPT, GRADE_PROMPT)
     if settings.cache.enabled and cache is None and index.path is not None:
         cache = GradeCache(index.path / GRADE_CACHE_FILE, max_entries=settings.cache.max_entries)
