@@ -99,9 +99,10 @@ def epub_members(chapters: dict[str, bytes | Iterator[bytes]]) -> dict[str, byte
     return {"META-INF/container.xml": CONTAINER, "book.opf": opf, **chapters}
 
 
-def slow_pdf(operators: int = 2_000_000) -> bytes:
-    """A one-page PDF of a few KB whose content stream is `operators` text-showing operators:
-    pypdf reads ~40,000 a second, so this one takes about a minute."""
+def slow_pdf(operators: int = 900_000) -> bytes:
+    """A one-page PDF of a few KB whose content stream is `operators` text-showing operators
+    (1.8 million tokens, under pypdf's own limit of 2 million a stream): pypdf reads some
+    40,000 tokens a second, so this one takes a minute or more."""
     stream = zlib.compress(b"BT " + b"(a) Tj " * operators + b"ET", 9)
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",

@@ -52,6 +52,9 @@ class FileReader:
         if path.suffix.lower() in self.readers:
             return list(read_documents(path, b"", self.readers, self.limits)), file_digest(path, self.limits)
         conn = self._started()
+        if conn is None:  # no child to be had: read here, bounded in size but not in time
+            data, digest = read_checked(path, self.limits)
+            return list(read_documents(path, data, None, self.limits)), digest
         conn.send(str(path))
         if not conn.poll(self.limits.max_seconds):
             self.close()
@@ -76,13 +79,13 @@ class FileReader:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        if child is None:
+        if child is None or child.pid is None:  # never started
             return None
         child.kill()
         child.join()
         return child.exitcode
 
-    def _started(self) -> Connection:
+    def _started(self) -> Connection | None:
         if self._child is not None and self._child.is_alive() and self._conn is not None:
             return self._conn
         self.close()
@@ -90,10 +93,15 @@ class FileReader:
         ours, theirs = context.Pipe()
         self._child = context.Process(target=_serve, args=(theirs, ours, self.limits), daemon=True,
                                       name="crag-reader")
-        self._child.start()
-        theirs.close()
         self._conn = ours
-        ours.recv()  # ready: a spawned child's imports do not count against the first file's time
+        try:
+            self._child.start()
+            theirs.close()
+            ours.recv()  # ready: a spawned child's imports do not count against the first file's time
+        except (AssertionError, OSError, EOFError):  # inside a daemonic process (a Pool's worker): none
+            theirs.close()
+            self.close()
+            return None
         return ours
 
 

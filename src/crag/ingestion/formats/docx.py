@@ -96,6 +96,7 @@ def _blocks(pieces: Iterable[bytes], styles: dict[str, str]) -> Iterator[tuple[s
             parser.feed(piece)
         else:
             parser.close()  # an unclosed body is a ParseError, as a damaged file should be
+        read = 0  # children of the body read whole in this piece: the first ones in it
         for event, element in parser.read_events():
             if event == "start":
                 depth += 1
@@ -105,12 +106,14 @@ def _blocks(pieces: Iterable[bytes], styles: dict[str, str]) -> Iterator[tuple[s
             depth -= 1
             if element is body:
                 body = None
-            elif body is not None and depth == 2:  # a child of the body, read whole
+            elif body is not None and depth == 2:
+                read += 1
                 if element.tag == f"{_W}p":
                     yield _paragraph(element, styles)
                 elif element.tag == f"{_W}tbl":
                     yield "text", 0, _table(element)
-                body.remove(element)
+        if body is not None:
+            del body[:read]  # at once: one by one, each removal moves every later child
 
 
 def _paragraph(p: ElementTree.Element, styles: dict[str, str]) -> tuple[str, int, str]:
