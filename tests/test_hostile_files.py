@@ -65,7 +65,9 @@ def bounded(function: Callable[[], object], memory_mb: int = 768) -> tuple[str, 
 
 
 def read(path: Path, **limits: float) -> Callable[[], object]:
-    return lambda: [d.text[:40] for d in read_documents(path, limits=IngestSettings(**limits))]
+    """Read `path` with these `[ingest]` limits (the defaults where none is given)."""
+    given = {"limits": IngestSettings(**limits)} if limits else {}
+    return lambda: [d.text[:40] for d in read_documents(path, **given)]
 
 
 # --- zip bombs: counted as they unpack, never as they claim --------------------------------------
