@@ -15,6 +15,7 @@ every file of an ingest, and is replaced after one it had to be stopped for. A u
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 from collections.abc import Mapping
@@ -91,8 +92,8 @@ class FileReader:
         self.close()
         context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         ours, theirs = context.Pipe()
-        self._child = context.Process(target=_serve, args=(theirs, ours, self.limits), daemon=True,
-                                      name="crag-reader")
+        self._child = context.Process(target=_serve, args=(theirs, ours, self.limits, os.getpid()),
+                                      daemon=True, name="crag-reader")
         self._conn = ours
         try:
             self._child.start()
@@ -105,10 +106,11 @@ class FileReader:
         return ours
 
 
-def _serve(conn: Connection, parents: Connection, limits: IngestSettings) -> None:
+def _serve(conn: Connection, parents: Connection, limits: IngestSettings, parent: int) -> None:
     """The child: read each path sent, answer ("ok", documents, sha256) or (kind, reason)."""
     parents.close()  # else a forked child holds the parent's end open, and never sees it go
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the ingest's to handle; it stops us
+    _die_with(parent)
     _limit_memory(limits.max_memory_mb)
     conn.send("ready")
     while True:
@@ -132,6 +134,21 @@ def _serve(conn: Connection, parents: Connection, limits: IngestSettings) -> Non
             reply = ("skip", f"{path}: its reader failed ({type(exc).__name__}: {short_reason(exc)}); left out.")
         data = None
         conn.send(reply)
+
+
+def _die_with(parent: int) -> None:
+    """Be killed when the ingest's process dies (Linux), even by kill -9: a reader left behind
+    would go on reading a hostile file, holding the index's lock, until its CPU limit."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
 
 
 def _limit_memory(megabytes: float) -> None:
