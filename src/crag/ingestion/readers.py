@@ -16,11 +16,11 @@ from crag.config import IngestSettings
 from crag.errors import IngestError
 from crag.ingestion.files import MB, read_checked, special_kind
 from crag.ingestion.formats import doc_id
+from crag.ingestion.formats.archive import unpack_limit
 from crag.ingestion.formats.docx import read_docx
 from crag.ingestion.formats.epub import read_epub
 from crag.ingestion.formats.html import html_text
 from crag.ingestion.formats.notebook import read_notebook
-from crag.ingestion.formats.archive import unpack_limit
 from crag.ingestion.formats.pdf import read_pdf
 from crag.ingestion.formats.slides import read_slides
 from crag.ingestion.formats.table import read_table
