@@ -31,7 +31,7 @@ from hostile import (
 
 from crag import ChunkIndex, Settings, build_workflow
 from crag.config import IngestSettings
-from crag.errors import IngestError
+from crag.errors import ConfigError, IngestError
 from crag.ingestion import ingest
 from crag.ingestion.readers import read_documents
 
@@ -68,6 +68,17 @@ def read(path: Path, **limits: float) -> Callable[[], object]:
     """Read `path` with these `[ingest]` limits (the defaults where none is given)."""
     given = {"limits": IngestSettings(**limits)} if limits else {}
     return lambda: [d.text[:40] for d in read_documents(path, **given)]
+
+
+def test_the_limits_are_settings_and_the_example_file_gives_their_defaults() -> None:
+    example = Path(__file__).parents[1] / "crag.example.toml"
+    assert Settings.load(example, env={}).ingest == IngestSettings()
+    settings = Settings.load(env={"CRAG_INGEST__SYMLINKS": "inside", "CRAG_INGEST__MAX_SECONDS": "5"})
+    assert (settings.ingest.symlinks, settings.ingest.max_seconds) == ("inside", 5.0)
+    with pytest.raises(ConfigError, match="ingest.symlinks"):
+        Settings.load(env={}, ingest={"symlinks": "always"})
+    with pytest.raises(ConfigError, match="ingest.max_memory_mb"):
+        Settings.load(env={}, ingest={"max_memory_mb": 0})
 
 
 # --- zip bombs: counted as they unpack, never as they claim --------------------------------------
