@@ -96,12 +96,12 @@ def test_a_bzip2_member_is_refused_before_it_unpacks(tmp_path: Path, name: str, 
 
 
 def test_a_word_body_is_counted_as_it_unpacks_and_parsed_a_paragraph_at_a_time(tmp_path: Path) -> None:
-    """6 MB of empty paragraphs (90 KB packed) made a 95 MB ElementTree; streamed, each is let
+    """4 MB of empty paragraphs (60 KB packed) made a 63 MB ElementTree; streamed, each is let
     go once read, and past the unpacked limit the file is refused."""
-    path = deflated(tmp_path / "empty.docx", {"word/document.xml": empty_paragraphs(6)})
-    outcome, added = bounded(read(path, max_unpacked_mb=16), memory_mb=64)
+    path = deflated(tmp_path / "empty.docx", {"word/document.xml": empty_paragraphs(4)})
+    outcome, added = bounded(read(path, max_unpacked_mb=16), memory_mb=48)
     assert outcome == "[]" and added < 24, (outcome, added)
-    outcome, added = bounded(read(path, max_unpacked_mb=2), memory_mb=64)
+    outcome, added = bounded(read(path, max_unpacked_mb=2), memory_mb=48)
     assert "past ingest.max_unpacked_mb (2 MB unpacked)" in outcome and added < 24, (outcome, added)
 
 
@@ -265,7 +265,8 @@ def test_a_folder_of_hostile_files_ingests_in_one_command_within_the_limits(tmp_
     probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
              "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(r.stderr, end='')")
     cap = 6 * 1024 * MB
-    done = subprocess.run([sys.executable, "-c", probe, *command], capture_output=True, text=True, timeout=900,
+    done = subprocess.run([sys.executable, "-c", probe, *command], capture_output=True, text=True,
+                          check=False, timeout=900,
                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
     status, peak_kb = done.stdout.splitlines()[0].split()
     lines = done.stdout.splitlines()[1:]

@@ -21,9 +21,9 @@ from crag.index.store import (
     writer_lock,
 )
 from crag.ingestion.custom import Reader, UserReader, load_readers
+from crag.ingestion.files import file_digest
 from crag.ingestion.formats import LOCATION_KEYS
 from crag.ingestion.given import fingerprint, manifest_key, prepare
-from crag.ingestion.files import file_digest
 from crag.ingestion.readers import KINDS, gather_files
 from crag.ingestion.worker import FileReader
 from crag.models import WordLlamaEmbedding

@@ -53,6 +53,8 @@ class FileReader:
         self.close()
 
     def read(self, path: Path) -> tuple[list[Document], str]:
+        """The file's Documents and the SHA-256 of what they were read from; `IngestError`
+        with the reason when the file is left out."""
         if path.suffix.lower() in self.readers:
             return list(read_documents(path, b"", self.readers, self.limits)), file_digest(path, self.limits)
         conn = self._started()
@@ -129,8 +131,8 @@ def _serve(conn: Connection, parents: Connection, limits: IngestSettings, parent
             reply = ("skip", str(exc))
         except MemoryError:
             data = None
-            reply = ("stop", f"{path}: reading it needs more than ingest.max_memory_mb "
-                             f"({limits.max_memory_mb:g} MB); left out.")
+            reply = ("stop", (f"{path}: reading it needs more than ingest.max_memory_mb "
+                              f"({limits.max_memory_mb:g} MB); left out."))
         except RecursionError:
             reply = ("skip", f"{path}: nested too deeply to read; left out.")
         except Exception as exc:  # noqa: BLE001 - a parser's own failure skips the file, not the ingest

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 import zipfile
-from itertools import chain
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 from xml.etree import ElementTree
 
