@@ -162,7 +162,7 @@ def test_text_past_the_limit_is_refused(tmp_path: Path) -> None:
 @pytest.fixture
 def linked(tmp_path: Path) -> Path:
     """docs/ with a good file, a link to a secret outside it, a link to a folder outside it,
-    a link to its own good file, and a named pipe."""
+    a link to its own good file, a link to itself, and a named pipe."""
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "secret.txt").write_text("root:x:0:0 secret", encoding="utf-8")
     docs = tmp_path / "docs"
@@ -171,6 +171,7 @@ def linked(tmp_path: Path) -> Path:
     (docs / "passwd.txt").symlink_to(tmp_path / "outside" / "secret.txt")
     (docs / "elsewhere").symlink_to(tmp_path / "outside")
     (docs / "again.md").symlink_to(docs / "good.md")
+    (docs / "loop").symlink_to(docs)  # a folder inside, itself: walked once at most
     os.mkfifo(docs / "pipe.txt")
     return docs
 
@@ -181,7 +182,7 @@ def test_links_in_a_folder_are_not_followed_and_each_gets_a_line(linked: Path) -
     files, passed = gather_files([linked])
     assert files == [linked / "good.md"]
     assert sorted(line.split(" is ")[0] for line in passed) == [
-        str(linked / n) for n in ("again.md", "elsewhere", "passwd.txt", "pipe.txt")]
+        str(linked / n) for n in ("again.md", "elsewhere", "loop", "passwd.txt", "pipe.txt")]
     assert any("passwd.txt is a link (to a file" in line for line in passed)
     assert any("pipe.txt is a named pipe, not a regular file" in line for line in passed)
 
@@ -198,7 +199,7 @@ def test_links_inside_the_folder_may_be_followed(linked: Path) -> None:
 
 def test_a_linked_secret_is_not_indexed(linked: Path, tmp_path: Path) -> None:
     report = ingest([linked], tmp_path / "index")
-    assert report.files_read == 1 and len(report.skipped) == 4
+    assert report.files_read == 1 and len(report.skipped) == 5
     assert not any("secret" in n.get_content() for n in ChunkIndex.load(tmp_path / "index").nodes)
 
 
