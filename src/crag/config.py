@@ -291,7 +291,23 @@ class ServerSettings(_Section):
 
 
 class IngestSettings(_Section):
-    """`crag ingest`: readers for more file types."""
+    """`crag ingest`: readers for more file types, which links it follows, and the limits on
+    reading one file (a file past one is skipped with its reason; the ingest goes on)."""
+
+    symlinks: Literal["skip", "inside"] = Field(
+        "skip",
+        description="Links met inside a folder being ingested: skip (each named on one line), or "
+        "inside: follow those whose target lies inside that folder. A path you name yourself is read.",
+    )
+    max_file_mb: float = Field(256.0, gt=0, description="Largest file read, as it lies on disk.")
+    max_unpacked_mb: float = Field(
+        200.0, gt=0, description="Bytes unpacked from one .docx, .epub or .pptx (its members together), counted as they stream."
+    )
+    max_text_mb: float = Field(32.0, gt=0, description="Text taken from one file (millions of characters).")
+    max_seconds: float = Field(120.0, gt=0, description="Time one file's reader may take; past it the reader is stopped.")
+    max_memory_mb: float = Field(
+        512.0, gt=0, description="Memory one file's reader may take, beyond what its process starts with."
+    )
 
     readers: dict[str, str] = Field(
         default_factory=dict,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,7 @@ import numpy as np
 from llama_index.core.node_parser import NodeParser, SentenceSplitter
 from llama_index.core.schema import Document
 
-from crag.config import IndexSettings, VectorStoreSettings
+from crag.config import IndexSettings, IngestSettings, VectorStoreSettings
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
 from crag.index.store import (
     POINTER,
@@ -22,9 +21,11 @@ from crag.index.store import (
     writer_lock,
 )
 from crag.ingestion.custom import Reader, UserReader, load_readers
+from crag.ingestion.files import file_digest
 from crag.ingestion.formats import LOCATION_KEYS
 from crag.ingestion.given import fingerprint, manifest_key, prepare
-from crag.ingestion.readers import KINDS, find_files, read_bytes, read_documents
+from crag.ingestion.readers import KINDS, gather_files
+from crag.ingestion.worker import FileReader
 from crag.models import WordLlamaEmbedding
 from crag.text import SPANS_KEY, sentence_spans
 
@@ -76,6 +77,7 @@ def ingest(
     chunker: str | None = None,
     summarize: Summarizer | None = None,
     vector_store: VectorStoreSettings | None = None,
+    limits: IngestSettings | None = None,
 ) -> IngestReport:
     """Add files, and llama-index `documents`, to the index at `index_dir`, re-reading only
     files that changed.
@@ -103,6 +105,11 @@ def ingest(
     `readers` maps more suffixes to readers ("module:function", or the function itself),
     which take a file's Path and give Documents or text; a target that cannot be imported
     is a `ConfigError` before anything is read.
+
+    `limits` (the `[ingest]` settings) say which links in a folder are followed and bound
+    each file's read: its size, what it unpacks to, its text, its time and its memory (the
+    built-in readers run in a child process, `crag.ingestion.worker`). A file past one is
+    skipped with its reason.
     """
     if not paths and documents is None:
         raise IngestError("Nothing to ingest: give paths, or documents=[...].")
@@ -112,11 +119,12 @@ def ingest(
             f"index.chunk_overlap ({chunk_overlap}) must be smaller than index.chunk_size ({chunk_size})."
         )
     extra = load_readers(readers or {})
+    limits = limits or IngestSettings()
     check_index_folder(index_dir)  # before the work, not after it
     created = not index_dir.exists()
     try:
-        with writer_lock(index_dir):
-            return _ingest(list(paths or []), index_dir, given=documents, readers=extra, embed_model=embed_model, chunk_size=chunk_size,
+        with writer_lock(index_dir), FileReader(limits, extra) as reader:
+            return _ingest(list(paths or []), index_dir, given=documents, readers=extra, reader=reader, embed_model=embed_model, chunk_size=chunk_size,
                            chunk_overlap=chunk_overlap, progress=progress, node_parser=node_parser,
                            chunker=chunker, summarize=summarize, vector_store=vector_store)
     finally:
@@ -131,6 +139,7 @@ def _ingest(
     *,
     given: Iterable[Document] | None,
     readers: dict[str, Reader],
+    reader: FileReader,
     embed_model: WordLlamaEmbedding | None,
     chunk_size: int,
     chunk_overlap: int,
@@ -153,7 +162,7 @@ def _ingest(
     if node_parser is None:
         node_parser = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunker = chunker or f"sentence:{chunk_size}:{chunk_overlap}"
-    files = find_files([Path(p) for p in paths], readers)
+    files, passed_over = gather_files([Path(p) for p in paths], readers, reader.limits.symlinks)
     given_documents = prepare(given or [])  # before anything is read: a bad one fails the call
     if len(index) and index.chunker != chunker:
         # Chunks cut two ways would not mix: cut every file again, those ingested before too.
@@ -165,10 +174,12 @@ def _ingest(
         # generation 1 again (which may be the live collection, written under the old index).
         index.vectors = live_vectors
     if not files and given is None:
+        if passed_over:
+            raise IngestError(_nothing_read(passed_over))
         kinds = KINDS if not readers else f"{KINDS.replace(' or ', ', ')}, {', '.join(readers)}"
         raise IngestError(f"No {kinds} files found in {', '.join(map(str, paths))}.")
 
-    report = IngestReport()
+    report = IngestReport(skipped=passed_over)
     unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
     if summarize is not None:
         unsummarized = {n.metadata.get("file") for n in index.nodes if n.ref_doc_id not in index.summaries}
@@ -186,14 +197,13 @@ def _ingest(
                 progress("read", number, len(files))
             continue
         try:
-            data = read_bytes(file)
-            digest = hashlib.sha256(data).hexdigest()
+            digest = file_digest(file, reader.limits)  # a piece at a time, refused by type and size first
             if entry and entry["sha256"] == digest:  # touched, not changed
                 report.files_unchanged += 1
                 if progress:
                     progress("read", number, len(files))
                 continue
-            docs = list(read_documents(file, data, readers))
+            docs, digest = reader.read(file)  # bounded in time and memory
         except IngestError as exc:  # this file is left out; the others still go in
             report.skipped.append(str(exc))
             if progress:

@@ -7,6 +7,8 @@ python-pptx brings lxml (15 MB), which the default install has no room for.
 from __future__ import annotations
 
 import io
+import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from llama_index.core.schema import Document
 
 from crag.errors import IngestError
 from crag.ingestion.formats import doc_id, require_bytes, short_reason
+from crag.ingestion.formats.archive import Unpacker, open_zip
 
 EXTRA_HINT = "pip install 'crag-workflows[office]'"
 
@@ -25,6 +28,7 @@ def read_slides(path: Path, data: bytes) -> Iterator[Document]:
         import pptx
     except ImportError:
         raise IngestError(f"{path}: reading .pptx needs the office extra: {EXTRA_HINT}") from None
+    _check_members(path, data)
     try:
         deck = pptx.Presentation(io.BytesIO(data))
         slides = [_slide(slide) for slide in deck.slides]
@@ -41,6 +45,23 @@ def read_slides(path: Path, data: bytes) -> Iterator[Document]:
             metadata["section"] = title
         yield Document(text=text, id_=doc_id(path, number), metadata=metadata)
         number += 1
+
+
+def _check_members(path: Path, data: bytes) -> None:
+    """python-pptx reads every member of the archive whole, with zipfile, before a slide is
+    seen (a 30 KB bzip2 bomb took it to 6 GB): every member is first streamed against the
+    limit, so that what it is handed is known to unpack within bounds."""
+    try:
+        with open_zip(path, data) as archive:
+            Unpacker(path, archive).check_all()
+    except IngestError:
+        raise
+    except zipfile.BadZipFile:
+        raise IngestError(f"{path} is not a PowerPoint file (not a zip archive; an old .ppt, or "
+                          "damaged); save it again as .pptx.") from None
+    except (zipfile.LargeZipFile, zlib.error, OSError, ValueError, EOFError, RuntimeError,
+            NotImplementedError) as exc:
+        raise IngestError(f"{path} is a damaged PowerPoint file ({short_reason(exc)}); save it again.") from None
 
 
 def _slide(slide: object) -> tuple[str, str]:
