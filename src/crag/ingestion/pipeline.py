@@ -32,8 +32,10 @@ from crag.text import SPANS_KEY, sentence_spans
 
 @dataclass
 class IngestReport:
-    """What one ingest did: files read, unchanged and skipped (each with its one-line reason);
-    `documents` counts the documents read (from files, or given and changed)."""
+    """What one ingest did: files read, unchanged, skipped and empty (each of the last two with
+    its one-line reason); `documents` counts the documents read (from files, or given and
+    changed). An empty file (no text once read) is not counted as read, nor recorded as
+    ingested: the next ingest reads it again."""
 
     files_read: int = 0
     files_unchanged: int = 0
@@ -42,10 +44,15 @@ class IngestReport:
     chunks_added: int = 0
     chunks_total: int = 0
     skipped: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
 
     @property
     def files_skipped(self) -> int:
         return len(self.skipped)
+
+    @property
+    def files_empty(self) -> int:
+        return len(self.empty)
 
 
 # Where a chunk sits (page, slide, cell...) is carried to its citation, not into the text the
@@ -184,6 +191,8 @@ def _ingest(
     if summarize is not None:
         unsummarized = {n.metadata.get("file") for n in index.nodes if n.ref_doc_id not in index.summaries}
     changed: dict[str, dict] = {}
+    emptied: set[str] = set()  # files ingested before that now give no text: their chunks go
+    empty_names: list[str] = []
     documents: list[Document] = []
     if progress:
         progress("read", 0, len(files))
@@ -206,6 +215,16 @@ def _ingest(
             docs, digest = reader.read(file)  # bounded in time and memory
         except IngestError as exc:  # this file is left out; the others still go in
             report.skipped.append(str(exc))
+            if progress:
+                progress("read", number, len(files))
+            continue
+        docs = [doc for doc in docs if doc.text.strip()]
+        if not docs:  # said, and not recorded: a file must never count as read and give nothing
+            report.empty.append(f"{file} has no text to index (empty, only whitespace, or its text is "
+                                "in images); not recorded, so the next ingest reads it again.")
+            empty_names.append(file.name)
+            if key in index.manifest:
+                emptied.add(key)
             if progress:
                 progress("read", number, len(files))
             continue
@@ -235,9 +254,13 @@ def _ingest(
         changed[key] = entry
 
     report.documents = len(documents)
-    if report.skipped and not changed and not report.files_unchanged and not report.documents_unchanged:
-        raise IngestError(_nothing_read(report.skipped))
-    if not changed:
+    if not changed and not report.files_unchanged and not report.documents_unchanged:
+        if report.skipped:
+            raise IngestError(_nothing_read(report.skipped + report.empty))
+        if report.empty:
+            names = ", ".join(empty_names[:3]) + ("..." if len(empty_names) > 3 else "")
+            raise IngestError(f"No text to index in {names}: the files are empty or only whitespace.")
+    if not changed and not emptied:
         if upgrade:
             index.store_settings = vector_store or VectorStoreSettings()
             index.save(index_dir)
@@ -259,8 +282,9 @@ def _ingest(
     old_nodes = list(index.nodes)  # parsed once: an incremental ingest reads the old chunks
     # A document id seen again in a changed file replaces its old chunks, wherever they came from.
     new_doc_ids = {d.doc_id for d in documents}
+    gone = changed.keys() | emptied
     keep = [i for i, n in enumerate(old_nodes)
-            if n.metadata.get("file") not in changed and n.ref_doc_id not in new_doc_ids]
+            if n.metadata.get("file") not in gone and n.ref_doc_id not in new_doc_ids]
     kept_nodes = [old_nodes[i] for i in keep]
     # Summaries of unchanged documents stay; those of changed ones are stale.
     kept_docs = {n.ref_doc_id for n in kept_nodes}
@@ -270,7 +294,7 @@ def _ingest(
     merged = ChunkIndex(
         nodes=kept_nodes + new_nodes,
         embeddings=np.vstack([np.asarray(index.embeddings[keep]), vectors]).astype(np.float32),
-        manifest={**index.manifest, **changed},
+        manifest={k: v for k, v in {**index.manifest, **changed}.items() if k not in emptied},
         chunker=chunker,
         summaries=summaries,
         store_settings=vector_store or VectorStoreSettings(),

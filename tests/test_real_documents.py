@@ -1,0 +1,97 @@
+"""Documents as people have them, checked (issue 33): no file counts as read and gives nothing,
+text is kept as people type it, and no answer shows where the files live. Every file is made
+in its test.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import crag
+from crag.app.cli import PARTIAL, main
+from crag.ingestion.readers import read_documents
+
+DATA = Path(__file__).parent / "data" / "documents"
+
+
+@pytest.fixture(autouse=True)
+def _no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def make_fixtures(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - a module
+    monkeypatch.syspath_prepend(str(DATA))
+    import make_fixtures
+
+    return make_fixtures
+
+
+def ask(capsys: pytest.CaptureFixture[str], index: Path, question: str) -> dict:
+    assert main(["ask", question, "--index", str(index), "--json", "--quiet"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+# --- 1. nothing silent -------------------------------------------------------------------------
+
+
+def test_a_line_on_every_page_of_a_pdf_with_nothing_else_is_its_text_not_a_running_header(
+    tmp_path: Path, make_fixtures
+) -> None:
+    line = "Quarterly safety briefing: hard hats are worn on the loading dock."
+    (tmp_path / "briefing.pdf").write_bytes(make_fixtures.pdf([[line]] * 4))
+    pages = list(read_documents(tmp_path / "briefing.pdf"))
+    assert [(d.metadata["page"], d.text) for d in pages] == [(str(n), line) for n in range(1, 5)]
+
+
+def test_a_running_header_still_goes_where_the_pages_have_text_of_their_own(
+    tmp_path: Path, make_fixtures
+) -> None:
+    header = "Lumen Energy internal"
+    facts = ["The depot opens at six.", "Forklifts charge overnight.", "Visitors sign in at the gate."]
+    (tmp_path / "report.pdf").write_bytes(make_fixtures.pdf([[header, fact] for fact in facts] + [[header]]))
+    texts = [d.text for d in read_documents(tmp_path / "report.pdf")]
+    assert texts == [*facts, header]
+
+
+def test_a_file_with_no_text_is_named_counted_apart_and_read_again_at_the_next_ingest(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "depot.md").write_text("The depot opens at six in the morning.\n", encoding="utf-8")
+    (folder / "blank.txt").write_text("  \n\t\n", encoding="utf-8")
+    index = tmp_path / "index"
+
+    assert main(["ingest", str(folder), "--index", str(index), "--quiet"]) == PARTIAL
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [f"crag: empty: {folder / 'blank.txt'} has no text to index (empty, only "
+                                "whitespace, or its text is in images); not recorded, so the next "
+                                "ingest reads it again."]
+    assert out.startswith("1 file(s) read, 0 unchanged, 1 empty, ")
+    assert str((folder / "blank.txt").resolve()) not in crag.ChunkIndex.load(index).manifest
+
+    report = crag.ingest([folder], index)  # not recorded: tried again, and still said
+    assert (report.files_read, report.files_unchanged, report.files_empty) == (0, 1, 1)
+    (folder / "blank.txt").write_text("The gate code is 4711.\n", encoding="utf-8")
+    report = crag.ingest([folder], index)
+    assert (report.files_read, report.files_unchanged, report.files_empty) == (1, 1, 0)
+
+
+def test_a_file_emptied_since_the_last_ingest_takes_its_chunks_out_of_the_index(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "depot.md").write_text("The depot opens at six in the morning.\n", encoding="utf-8")
+    (folder / "gate.md").write_text("The gate code is 4711.\n", encoding="utf-8")
+    index = tmp_path / "index"
+    crag.ingest([folder], index)
+    (folder / "gate.md").write_text("\n", encoding="utf-8")
+
+    report = crag.ingest([folder], index)
+    assert (report.files_empty, report.chunks_total) == (1, 1)
+    assert ["4711" not in n.get_content() for n in crag.ChunkIndex.load(index).nodes] == [True]
