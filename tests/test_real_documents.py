@@ -95,3 +95,17 @@ def test_a_file_emptied_since_the_last_ingest_takes_its_chunks_out_of_the_index(
     report = crag.ingest([folder], index)
     assert (report.files_empty, report.chunks_total) == (1, 1)
     assert ["4711" not in n.get_content() for n in crag.ChunkIndex.load(index).nodes] == [True]
+
+
+# --- 2. text as people type it -----------------------------------------------------------------
+
+
+def test_text_and_questions_are_read_as_people_type_them() -> None:
+    from crag.text import as_typed
+    from crag.workflows.base import check_query
+
+    assert as_typed("Oﬃcial Hausdorﬀ ﬁle ﬂow ﬀ ﬄ ﬅ ﬆ") == "Official Hausdorff file flow ff ffl st st"
+    assert as_typed("Ｈｅｌｉｏ　Ｈ１０") == "Helio H10"  # full-width letters, digits and space
+    assert as_typed("12\u00a0kW, de\u00adcla\u00adra\u00adtions, zero\u200bwidth") == "12 kW, declarations, zerowidth"
+    assert check_query("  What is the oﬃcial\u00a0Hausdorﬀ dimension? ") == (
+        "What is the official Hausdorff dimension?")
