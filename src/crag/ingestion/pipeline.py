@@ -28,6 +28,7 @@ from crag.ingestion.readers import KINDS, gather_files
 from crag.ingestion.worker import FileReader
 from crag.models import WordLlamaEmbedding
 from crag.text import SPANS_KEY, sentence_spans
+from crag.trace import file_id
 
 
 @dataclass
@@ -189,7 +190,8 @@ def _ingest(
     report = IngestReport(skipped=passed_over)
     unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
     if summarize is not None:
-        unsummarized = {n.metadata.get("file") for n in index.nodes if n.ref_doc_id not in index.summaries}
+        unsummarized = {file_id(n.metadata.get("file") or "") for n in index.nodes
+                        if n.ref_doc_id not in index.summaries}
     changed: dict[str, dict] = {}
     emptied: set[str] = set()  # files ingested before that now give no text: their chunks go
     empty_names: list[str] = []
@@ -199,7 +201,7 @@ def _ingest(
     for number, file in enumerate(files, start=1):
         key = str(file.resolve())
         stat = file.stat()
-        entry = None if key in unsummarized else index.manifest.get(key)  # re-read: to summarize it
+        entry = None if file_id(key) in unsummarized else index.manifest.get(key)  # re-read: to summarize it
         if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
             report.files_unchanged += 1
             if progress:
@@ -229,7 +231,9 @@ def _ingest(
                 progress("read", number, len(files))
             continue
         for doc in docs:
-            doc.metadata["file"] = key
+            # The file's id, not its path: a chunk's metadata reaches events and replies. The
+            # manifest keeps the path (`key`), to find the file again; the id is its hash.
+            doc.metadata["file"] = file_id(key)
             # The splitter subtracts the metadata text it would embed from each chunk's
             # budget; the file's path must not count, or where the corpus lives changes
             # the chunk boundaries (and every retrieval result after them).
@@ -243,11 +247,11 @@ def _ingest(
 
     for doc in given_documents:
         key, entry = manifest_key(doc.doc_id), fingerprint(doc)
-        old = None if key in unsummarized else index.manifest.get(key)
+        old = None if file_id(key) in unsummarized else index.manifest.get(key)
         if old and old.get("sha256") == entry["sha256"]:
             report.documents_unchanged += 1
             continue
-        doc.metadata["file"] = key  # its chunks are replaced when it changes, as a file's are
+        doc.metadata["file"] = file_id(key)  # its chunks are replaced when it changes, as a file's are
         doc.excluded_embed_metadata_keys = sorted({*doc.excluded_embed_metadata_keys, *HIDDEN_KEYS})
         doc.excluded_llm_metadata_keys = sorted({*doc.excluded_llm_metadata_keys, *HIDDEN_KEYS})
         documents.append(doc)
@@ -282,9 +286,9 @@ def _ingest(
     old_nodes = list(index.nodes)  # parsed once: an incremental ingest reads the old chunks
     # A document id seen again in a changed file replaces its old chunks, wherever they came from.
     new_doc_ids = {d.doc_id for d in documents}
-    gone = changed.keys() | emptied
+    gone = {file_id(key) for key in changed.keys() | emptied}
     keep = [i for i, n in enumerate(old_nodes)
-            if n.metadata.get("file") not in gone and n.ref_doc_id not in new_doc_ids]
+            if file_id(n.metadata.get("file") or "") not in gone and n.ref_doc_id not in new_doc_ids]
     kept_nodes = [old_nodes[i] for i in keep]
     # Summaries of unchanged documents stay; those of changed ones are stale.
     kept_docs = {n.ref_doc_id for n in kept_nodes}

@@ -210,7 +210,7 @@ def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
         title, text, _ = html_text(text)
         title = title or path.stem
     if text.strip():
-        yield Document(text=text, id_=str(path), metadata={"title": title, "file": str(path)})
+        yield Document(text=text, id_=doc_id(path, 0), metadata={"title": title, "file": str(path)})
 
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")
