@@ -109,3 +109,58 @@ def test_text_and_questions_are_read_as_people_type_them() -> None:
     assert as_typed("12\u00a0kW, de\u00adcla\u00adra\u00adtions, zero\u200bwidth") == "12 kW, declarations, zerowidth"
     assert check_query("  What is the oﬃcial\u00a0Hausdorﬀ dimension? ") == (
         "What is the official Hausdorff dimension?")
+
+
+# --- 4. what readers missed --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_a_csv_saved_as_utf16_or_utf32_is_read_by_its_byte_order_mark(tmp_path: Path, encoding: str) -> None:
+    import codecs
+
+    marks = {"utf-16": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE, "utf-32": codecs.BOM_UTF32_LE}
+    table = "site,city,kwh\nDepot,Brno,120\nYard,Ostrava,85\n"
+    body = table.encode("utf-16-le" if encoding == "utf-16" else "utf-32-le" if encoding == "utf-32" else encoding)
+    (tmp_path / "sites.csv").write_bytes(marks[encoding] + body)
+    (group,) = read_documents(tmp_path / "sites.csv")
+    assert group.text == "site,city,kwh\n\nDepot,Brno,120\n\nYard,Ostrava,85"
+
+
+def test_excel_unicode_text_is_a_tab_separated_utf16_table_whatever_its_suffix(tmp_path: Path) -> None:
+    (tmp_path / "sites.csv").write_bytes("site\tcity\r\nDepot\tBrno\r\n".encode("utf-16"))  # with its mark
+    (tmp_path / "notes.txt").write_bytes("Die Wärmepumpe läuft leise.\n".encode("utf-32"))
+    assert [d.text for d in read_documents(tmp_path / "sites.csv")] == ["site\tcity\n\nDepot\tBrno"]
+    assert [d.text for d in read_documents(tmp_path / "notes.txt")] == ["Die Wärmepumpe läuft leise.\n"]
+
+
+def test_a_byte_order_mark_that_lies_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "odd.csv").write_bytes(b"\xff\xfea\x00b\x00\x00\xd8")  # a lone surrogate at the end
+    with pytest.raises(crag.IngestError, match=r"odd.csv begins with a UTF-16 byte-order mark but is not UTF-16"):
+        list(read_documents(tmp_path / "odd.csv"))
+
+
+def test_a_slide_typed_whole_in_its_title_box_is_text_and_cited_by_a_short_label(tmp_path: Path) -> None:
+    pptx = pytest.importorskip("pptx")
+    words = ("The Helio H10 inverter shuts down above 55 degrees Celsius and restarts by itself once "
+             "it has cooled below 45 degrees, which takes about twenty minutes in the shade; ") * 4
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])  # "Title Only"
+    slide.shapes.title.text = words
+    deck.save(tmp_path / "deck.pptx")
+    (document,) = read_documents(tmp_path / "deck.pptx")
+    section = document.metadata["section"]
+    assert len(section) <= 80 and section.endswith("…") and words.startswith(section[:-1])
+    assert "restarts by itself" in document.text  # the slide's text is kept whole
+
+
+def test_a_word_heading_typed_with_a_tab_is_cited_on_one_line(tmp_path: Path) -> None:
+    docx = pytest.importorskip("docx")
+    document = docx.Document()
+    document.add_heading("Installation", level=1)
+    heading = document.add_heading("Wiring", level=2)
+    heading.add_run().add_tab()
+    heading.add_run("diagram\u00a0A")
+    document.add_paragraph("Connect the red lead first.")
+    document.save(tmp_path / "installer.docx")
+    (part,) = read_documents(tmp_path / "installer.docx")
+    assert part.metadata["section"] == "Installation / Wiring diagram A"

@@ -41,7 +41,10 @@ def read_table(path: Path, data: bytes) -> Iterator[Document]:
 
 def _rows(path: Path, lines: list[str]) -> list[tuple[int, str]]:
     """(line number, line) of each non-empty record, checked to parse as one."""
-    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    header = next((line for line in lines if line.strip()), "")
+    # Excel's "Unicode text" is tab-separated whatever the file is called.
+    tabs = path.suffix.lower() == ".tsv" or ("\t" in header and "," not in header)
+    delimiter = "\t" if tabs else ","
     try:
         # Only checked: a quoted field holding a newline is rare in the tables people keep,
         # and the line as written is what a reader of the file would quote.
