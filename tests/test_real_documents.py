@@ -164,3 +164,21 @@ def test_a_word_heading_typed_with_a_tab_is_cited_on_one_line(tmp_path: Path) ->
     document.save(tmp_path / "installer.docx")
     (part,) = read_documents(tmp_path / "installer.docx")
     assert part.metadata["section"] == "Installation / Wiring diagram A"
+
+
+@pytest.mark.parametrize("algorithm", ["AES-128", "AES-256"])
+def test_a_copy_protected_pdf_with_aes_and_no_password_to_open_it_is_read(
+    tmp_path: Path, make_fixtures, algorithm: str
+) -> None:
+    import io
+
+    import pypdf
+
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(make_fixtures.handbook())))
+    writer.encrypt(user_password="", owner_password="only-the-publisher-knows", algorithm=algorithm,
+                   permissions_flag=pypdf.constants.UserAccessPermissions.PRINT)  # no copying, no editing
+    writer.write(tmp_path / "protected.pdf")
+    assert pypdf.PdfReader(tmp_path / "protected.pdf").is_encrypted
+    pages = list(read_documents(tmp_path / "protected.pdf"))
+    assert [d.metadata["page"] for d in pages] == ["11", "12", "13"]
+    assert make_fixtures.FACT in pages[1].text
