@@ -182,3 +182,39 @@ def test_a_copy_protected_pdf_with_aes_and_no_password_to_open_it_is_read(
     pages = list(read_documents(tmp_path / "protected.pdf"))
     assert [d.metadata["page"] for d in pages] == ["11", "12", "13"]
     assert make_fixtures.FACT in pages[1].text
+
+
+# --- 6. tables kept as tables ------------------------------------------------------------------
+
+
+def test_a_word_table_is_cut_into_groups_of_rows_each_led_by_its_header_and_a_row_is_cited(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    docx = pytest.importorskip("docx")
+    cities = ["Brno", "Ostrava", "Plzen", "Olomouc", "Liberec", "Zlin", "Opava", "Kladno", "Most", "Jihlava",
+              "Tabor", "Pisek", "Cheb", "Kolin", "Trutnov", "Prerov", "Znojmo", "Hodonin", "Decin", "Teplice"]
+    document = docx.Document()
+    document.add_heading("Depots", level=1)
+    document.add_paragraph("Every depot and the size of its battery store.")
+    table = document.add_table(rows=1, cols=3)
+    for cell, name in zip(table.rows[0].cells, ["Depot", "City", "Battery store"]):
+        cell.text = name
+    for n, city in enumerate(cities, start=1):
+        for cell, value in zip(table.add_row().cells, [f"D-{n:02}", city, f"{100 + 7 * n} kWh"]):
+            cell.text = value
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    document.save(folder / "depots.docx")
+
+    parts = list(read_documents(folder / "depots.docx"))
+    assert parts[0].text == "Every depot and the size of its battery store."
+    groups = parts[1:]
+    assert len(groups) == 2 and all(g.text.startswith("Depot | City | Battery store\n\n") for g in groups)
+    assert all(g.metadata["section"] == "Depots" for g in groups)
+    assert sum(g.text.count(" kWh") for g in groups) == len(cities)  # every row, once
+
+    assert main(["ingest", str(folder), "--index", str(tmp_path / "index"), "--quiet"]) == 0
+    capsys.readouterr()
+    answer = ask(capsys, tmp_path / "index", "How big is the battery store of the depot in Hodonin?")
+    assert "D-18 | Hodonin | 226 kWh" in answer["answer"]
+    assert answer["sources"][0]["file"] == "depots.docx"
