@@ -77,10 +77,10 @@ def test_running_lines_are_those_on_most_pages_whatever_their_page_number() -> N
 def test_a_word_document_is_cut_at_its_headings_and_each_part_keeps_its_heading_path() -> None:
     parts = documents("installer.docx")
     assert [d.metadata.get("section") for d in parts] == [
-        None, "Installation", "Installation / Wiring", "Maintenance"]
+        None, "Installation", "Installation / Wiring", "Installation / Wiring", "Maintenance"]
     assert parts[0].metadata["title"] == "Installer guide"  # the Title style, not the file name
     assert "16 square millimetres" in parts[2].text
-    assert "Mains | 16 mm2" in parts[2].text  # a table row reads as one line
+    assert parts[3].text == "Cable | Section\n\nMains | 16 mm2"  # a table: its header, then a row a line
     assert not any("Installation" in d.text for d in parts)  # headings are metadata, not text
 
 

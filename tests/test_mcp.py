@@ -75,7 +75,7 @@ async def test_over_stdio_ask_answers_with_citations_and_reports_progress(
         assert "12-year" in hits[0]["text"] and hits[0]["source"] == "Warranty"
 
         manifest = json.loads((await client.read_resource("crag://index/manifest")).contents[0].text)
-        assert manifest["chunks"] == 4 and any(f.endswith("warranty.md") for f in manifest["files"])
+        assert manifest["chunks"] == 4 and any(f["name"] == "warranty.md" for f in manifest["files"].values())
 
         empty = await client.call_tool("ask", {"question": "   "})
         assert empty.is_error and "empty" in empty.content[0].text  # crag's message, not a bug's

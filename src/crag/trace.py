@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -99,9 +100,15 @@ class StripLine(BaseModel):
     url: str | None = None
 
 
+_FILE_ID = re.compile(r"[0-9a-f]{16}")
+
+
 def file_id(key: str) -> str:
-    """A file's id from its key in the index's manifest (its absolute path): what a link names,
-    without showing where the file lives."""
+    """A file's id from its key in the index's manifest (its absolute path): what a link, a
+    document's id and a chunk's `file` name, without showing where the file lives. An id is
+    its own id: chunks ingested since issue 33 hold it, older ones the path."""
+    if _FILE_ID.fullmatch(key):
+        return key
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
@@ -125,7 +132,7 @@ class Location(BaseModel):
                  if metadata.get(key) not in (None, "")}
         if metadata.get("file_name"):
             found["file"] = metadata["file_name"]
-            if metadata.get("file"):  # the file's manifest key: the path, never shown
+            if metadata.get("file"):  # the file's id (its manifest key, the path, in older indexes)
                 found["file_id"] = file_id(metadata["file"])
         if "page" in found:
             found["page"] = str(found["page"])

@@ -194,12 +194,15 @@ def _ingest(args: argparse.Namespace) -> int:
         report = ingest_with_settings(args.paths, settings, progress)
     for reason in report.skipped:
         _say(f"crag: skipped: {reason}")
+    for reason in report.empty:
+        _say(f"crag: empty: {reason}")
     skipped = f", {report.files_skipped} skipped" if report.skipped else ""
+    empty = f", {report.files_empty} empty" if report.empty else ""
     print(
-        f"{report.files_read} file(s) read, {report.files_unchanged} unchanged{skipped}, "
+        f"{report.files_read} file(s) read, {report.files_unchanged} unchanged{skipped}{empty}, "
         f"{report.chunks_added} chunk(s) added; {report.chunks_total} chunk(s) in {settings.index.path}"
     )
-    return PARTIAL if report.skipped else 0
+    return PARTIAL if report.skipped or report.empty else 0
 
 
 PARTIAL = 3

@@ -135,17 +135,18 @@ class Engine:
 
 def manifest(settings: Settings) -> dict:
     """The live index's manifest as on disk (what a reload or an ingest serves next); blocking."""
+    from pathlib import Path
+
     from crag.errors import IndexNotFoundError
     from crag.index.layout import live_version, read_manifest
+    from crag.trace import file_id
 
     path = settings.index.path
     try:
         found = read_manifest(live_version(path) / "manifest.json")
     except ValueError as exc:
         raise IndexNotFoundError.damaged(path, f"is damaged ({exc})") from None
-    return {
-        "path": str(path),
-        "chunks": found.get("chunks"),
-        "chunker": found.get("chunker"),
-        "files": found["files"],
-    }
+    # By the files' ids and names: a resource is a reply, and shows no path (the index's own
+    # manifest keeps them, to find the files again).
+    files = {file_id(key): {"name": Path(key).name, **entry} for key, entry in found["files"].items()}
+    return {"index": path.name, "chunks": found.get("chunks"), "chunker": found.get("chunker"), "files": files}

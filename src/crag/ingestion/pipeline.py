@@ -28,12 +28,15 @@ from crag.ingestion.readers import KINDS, gather_files
 from crag.ingestion.worker import FileReader
 from crag.models import WordLlamaEmbedding
 from crag.text import SPANS_KEY, sentence_spans
+from crag.trace import file_id
 
 
 @dataclass
 class IngestReport:
-    """What one ingest did: files read, unchanged and skipped (each with its one-line reason);
-    `documents` counts the documents read (from files, or given and changed)."""
+    """What one ingest did: files read, unchanged, skipped and empty (each of the last two with
+    its one-line reason); `documents` counts the documents read (from files, or given and
+    changed). An empty file (no text once read) is not counted as read, nor recorded as
+    ingested: the next ingest reads it again."""
 
     files_read: int = 0
     files_unchanged: int = 0
@@ -42,10 +45,15 @@ class IngestReport:
     chunks_added: int = 0
     chunks_total: int = 0
     skipped: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
 
     @property
     def files_skipped(self) -> int:
         return len(self.skipped)
+
+    @property
+    def files_empty(self) -> int:
+        return len(self.empty)
 
 
 # Where a chunk sits (page, slide, cell...) is carried to its citation, not into the text the
@@ -182,15 +190,18 @@ def _ingest(
     report = IngestReport(skipped=passed_over)
     unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
     if summarize is not None:
-        unsummarized = {n.metadata.get("file") for n in index.nodes if n.ref_doc_id not in index.summaries}
+        unsummarized = {file_id(n.metadata.get("file") or "") for n in index.nodes
+                        if n.ref_doc_id not in index.summaries}
     changed: dict[str, dict] = {}
+    emptied: set[str] = set()  # files ingested before that now give no text: their chunks go
+    empty_names: list[str] = []
     documents: list[Document] = []
     if progress:
         progress("read", 0, len(files))
     for number, file in enumerate(files, start=1):
         key = str(file.resolve())
         stat = file.stat()
-        entry = None if key in unsummarized else index.manifest.get(key)  # re-read: to summarize it
+        entry = None if file_id(key) in unsummarized else index.manifest.get(key)  # re-read: to summarize it
         if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
             report.files_unchanged += 1
             if progress:
@@ -209,8 +220,20 @@ def _ingest(
             if progress:
                 progress("read", number, len(files))
             continue
+        docs = [doc for doc in docs if doc.text.strip()]
+        if not docs:  # said, and not recorded: a file must never count as read and give nothing
+            report.empty.append(f"{file} has no text to index (empty, only whitespace, or its text is "
+                                "in images); not recorded, so the next ingest reads it again.")
+            empty_names.append(file.name)
+            if key in index.manifest:
+                emptied.add(key)
+            if progress:
+                progress("read", number, len(files))
+            continue
         for doc in docs:
-            doc.metadata["file"] = key
+            # The file's id, not its path: a chunk's metadata reaches events and replies. The
+            # manifest keeps the path (`key`), to find the file again; the id is its hash.
+            doc.metadata["file"] = file_id(key)
             # The splitter subtracts the metadata text it would embed from each chunk's
             # budget; the file's path must not count, or where the corpus lives changes
             # the chunk boundaries (and every retrieval result after them).
@@ -224,20 +247,24 @@ def _ingest(
 
     for doc in given_documents:
         key, entry = manifest_key(doc.doc_id), fingerprint(doc)
-        old = None if key in unsummarized else index.manifest.get(key)
+        old = None if file_id(key) in unsummarized else index.manifest.get(key)
         if old and old.get("sha256") == entry["sha256"]:
             report.documents_unchanged += 1
             continue
-        doc.metadata["file"] = key  # its chunks are replaced when it changes, as a file's are
+        doc.metadata["file"] = file_id(key)  # its chunks are replaced when it changes, as a file's are
         doc.excluded_embed_metadata_keys = sorted({*doc.excluded_embed_metadata_keys, *HIDDEN_KEYS})
         doc.excluded_llm_metadata_keys = sorted({*doc.excluded_llm_metadata_keys, *HIDDEN_KEYS})
         documents.append(doc)
         changed[key] = entry
 
     report.documents = len(documents)
-    if report.skipped and not changed and not report.files_unchanged and not report.documents_unchanged:
-        raise IngestError(_nothing_read(report.skipped))
-    if not changed:
+    if not changed and not report.files_unchanged and not report.documents_unchanged:
+        if report.skipped:
+            raise IngestError(_nothing_read(report.skipped + report.empty))
+        if report.empty:
+            names = ", ".join(empty_names[:3]) + ("..." if len(empty_names) > 3 else "")
+            raise IngestError(f"No text to index in {names}: the files are empty or only whitespace.")
+    if not changed and not emptied:
         if upgrade:
             index.store_settings = vector_store or VectorStoreSettings()
             index.save(index_dir)
@@ -259,8 +286,9 @@ def _ingest(
     old_nodes = list(index.nodes)  # parsed once: an incremental ingest reads the old chunks
     # A document id seen again in a changed file replaces its old chunks, wherever they came from.
     new_doc_ids = {d.doc_id for d in documents}
+    gone = {file_id(key) for key in changed.keys() | emptied}
     keep = [i for i, n in enumerate(old_nodes)
-            if n.metadata.get("file") not in changed and n.ref_doc_id not in new_doc_ids]
+            if file_id(n.metadata.get("file") or "") not in gone and n.ref_doc_id not in new_doc_ids]
     kept_nodes = [old_nodes[i] for i in keep]
     # Summaries of unchanged documents stay; those of changed ones are stale.
     kept_docs = {n.ref_doc_id for n in kept_nodes}
@@ -270,7 +298,7 @@ def _ingest(
     merged = ChunkIndex(
         nodes=kept_nodes + new_nodes,
         embeddings=np.vstack([np.asarray(index.embeddings[keep]), vectors]).astype(np.float32),
-        manifest={**index.manifest, **changed},
+        manifest={k: v for k, v in {**index.manifest, **changed}.items() if k not in emptied},
         chunker=chunker,
         summaries=summaries,
         store_settings=vector_store or VectorStoreSettings(),

@@ -14,8 +14,9 @@ from llama_index.core.schema import Document
 
 from crag.config import IngestSettings
 from crag.errors import IngestError
+from crag.ingestion.cleaning import clean
 from crag.ingestion.files import MB, read_checked, special_kind
-from crag.ingestion.formats import doc_id
+from crag.ingestion.formats import decode_text, doc_id
 from crag.ingestion.formats.archive import unpack_limit
 from crag.ingestion.formats.docx import read_docx
 from crag.ingestion.formats.epub import read_epub
@@ -161,6 +162,7 @@ def read_documents(
     token = unpack_limit.set(int(limits.max_unpacked_mb * MB))
     try:
         for document in reader(path, data):
+            clean(document)  # every reader's text as typed, its labels fit to cite
             text += len(document.text)
             if text > limits.max_text_mb * 1_000_000:
                 raise IngestError(f"{path} holds over {limits.max_text_mb:g} million characters of "
@@ -193,10 +195,7 @@ def bounded_paragraphs(text: str, limit: int = PARAGRAPH_LIMIT) -> str:
 
 
 def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise IngestError(f"{path} is not UTF-8 text; convert it or leave it out.") from None
+    text = decode_text(path, raw)
     if "\x00" in text:
         raise IngestError(f"{path} looks binary (it contains NUL bytes); leave it out.")
     suffix = path.suffix.lower()
@@ -211,7 +210,7 @@ def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
         title, text, _ = html_text(text)
         title = title or path.stem
     if text.strip():
-        yield Document(text=text, id_=str(path), metadata={"title": title, "file": str(path)})
+        yield Document(text=text, id_=doc_id(path, 0), metadata={"title": title, "file": str(path)})
 
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")

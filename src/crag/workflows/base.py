@@ -35,6 +35,7 @@ from crag.config import BudgetSettings
 from crag.cost import CostRecord, cost_of
 from crag.errors import CragError, QueryError, StepError, redact
 from crag.events import CragResult, StepProgressEvent
+from crag.text import as_typed
 from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
 
 MAX_QUERY_CHARS = 4000
@@ -117,8 +118,9 @@ class RecordedWorkflow(CachedStepLookup, Workflow):
 
 
 def check_query(query: str) -> str:
-    """The question with its whitespace collapsed; QueryError if empty or too long."""
-    words = " ".join(query.split())
+    """The question as people type it (`crag.text.as_typed`: what ingest did to the documents'
+    text) with its whitespace collapsed; QueryError if empty or too long."""
+    words = " ".join(as_typed(query).split())
     if not words:
         raise QueryError("The question is empty; ask something.")
     if len(words) > MAX_QUERY_CHARS:

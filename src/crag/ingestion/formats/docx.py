@@ -19,35 +19,38 @@ from llama_index.core.schema import Document
 from crag.errors import IngestError
 from crag.ingestion.formats import doc_id, require_bytes, short_reason
 from crag.ingestion.formats.archive import Unpacker, open_zip
+from crag.ingestion.formats.table import row_groups
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _HEADING = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
 
 
 def read_docx(path: Path, data: bytes) -> Iterator[Document]:
-    """One Document per section; `section` is the heading path ("Setup / Wiring")."""
+    """One Document per section, and per group of a table's rows; `section` is the heading
+    path ("Setup / Wiring")."""
     require_bytes(path, data, "Word document")
     title, sections = _sections(path, data)
     number = 0
-    for headings, paragraphs in sections:
-        if not paragraphs:
-            continue
+    for headings, paragraphs, tables in sections:
         metadata = {"title": title, "file_name": path.name}
         if headings:
             metadata["section"] = " / ".join(headings)
-        yield Document(text="\n\n".join(paragraphs), id_=doc_id(path, number), metadata=metadata)
-        number += 1
+        texts = ["\n\n".join(paragraphs)] if paragraphs else []
+        texts += [text for rows in tables for text in row_groups(rows)]
+        for text in texts:
+            yield Document(text=text, id_=doc_id(path, number), metadata=dict(metadata))
+            number += 1
 
 
-def _sections(path: Path, data: bytes) -> tuple[str, list[tuple[list[str], list[str]]]]:
-    """The document's title and its sections: (heading path, paragraphs) each."""
+def _sections(path: Path, data: bytes) -> tuple[str, list[tuple[list[str], list[str], list[list[str]]]]]:
+    """The document's title and its sections: (heading path, paragraphs, tables' rows) each."""
     try:
         archive = open_zip(path, data)
     except zipfile.BadZipFile:
         raise IngestError(f"{path} is not a Word document (not a zip archive; an old .doc, "
                           "or damaged); save it again as .docx.") from None
     title = path.stem
-    sections: list[tuple[list[str], list[str]]] = [([], [])]
+    sections: list[tuple[list[str], list[str], list[list[str]]]] = [([], [], [])]
     trail: list[tuple[int, str]] = []
     try:
         with archive:
@@ -63,7 +66,9 @@ def _sections(path: Path, data: bytes) -> tuple[str, list[tuple[list[str], list[
                     title = text
                 elif kind == "heading" and text:
                     trail = [(lv, h) for lv, h in trail if lv < level] + [(level, text)]
-                    sections.append(([h for _, h in trail], []))
+                    sections.append(([h for _, h in trail], [], []))
+                elif kind == "table" and text:
+                    sections[-1][2].append(text.split("\n"))
                 elif text.strip():
                     sections[-1][1].append(text)
     except IngestError:
@@ -111,7 +116,7 @@ def _blocks(pieces: Iterable[bytes], styles: dict[str, str]) -> Iterator[tuple[s
                 if element.tag == f"{_W}p":
                     yield _paragraph(element, styles)
                 elif element.tag == f"{_W}tbl":
-                    yield "text", 0, _table(element)
+                    yield "table", 0, _table(element)
         if body is not None:
             del body[:read]  # at once: one by one, each removal moves every later child
 

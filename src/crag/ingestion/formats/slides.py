@@ -15,6 +15,7 @@ from pathlib import Path
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
+from crag.ingestion.cleaning import LABEL_CHARS
 from crag.ingestion.formats import doc_id, require_bytes, short_reason
 from crag.ingestion.formats.archive import Unpacker, open_zip
 
@@ -80,4 +81,6 @@ def _slide(slide: object) -> tuple[str, str]:
         notes = slide.notes_slide.notes_text_frame  # type: ignore[attr-defined]
         if notes is not None and notes.text.strip():
             parts.append(notes.text)
+    if len(title) > LABEL_CHARS:  # the whole slide typed in its title box: text, not a label
+        parts.insert(0, title_shape.text_frame.text)
     return title, "\n\n".join(parts)  # bullets rarely end in a full stop: each its own sentence
