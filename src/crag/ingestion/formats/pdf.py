@@ -70,8 +70,8 @@ def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str, list[s
     except IngestError:
         raise
     except DependencyError:  # AES: pypdf decrypts it only with the cryptography package
-        raise IngestError(f"{path} is encrypted with AES, which needs the cryptography package "
-                          "(pip install cryptography), or a copy saved without encryption "
+        raise IngestError(f"{path} is encrypted with AES, which needs the aes extra "
+                          "(pip install 'crag-workflows[aes]'), or a copy saved without encryption "
                           "(`qpdf --decrypt`).") from None
     except FileNotDecryptedError:
         raise IngestError(f"{path} is encrypted (it needs a password); save a copy "
