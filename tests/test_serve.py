@@ -305,12 +305,13 @@ def test_crag_serve_listens_and_takes_its_key_from_the_environment(sample_index_
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         health = None
-        for _ in range(300):
+        deadline = time.monotonic() + 180  # generous: under load a start took up to a minute
+        while health is None:
             try:
-                health = httpx.get(f"http://127.0.0.1:{port}/health")
-                break
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=60)
             except httpx.ConnectError:
                 assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline, "crag serve did not start"
                 time.sleep(0.1)
         assert health is not None and health.json()["auth"] is True
         assert httpx.get(f"http://127.0.0.1:{port}/handlers").status_code == 401

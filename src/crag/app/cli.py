@@ -402,8 +402,10 @@ DEMO_QUESTIONS = (
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from crag._logs import log_plainly
     from crag.app.server import serve
 
+    log_plainly()  # this process serves: a database outage is said once a minute, not per retry
     serve(_settings(
         args,
         web_search={"corpus": args.web_corpus},
