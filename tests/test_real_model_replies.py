@@ -70,3 +70,37 @@ def test_the_demo_answers_on_a_real_small_models_replies_and_takes_no_grade_from
     assert any(note.startswith("grade: ") for note in result["degraded"])
     assert result["cost"]["calls"] == len(requests) > 0
     assert result["cost"]["estimated"]  # its streamed answer came without usage: counted here
+
+
+async def test_the_openai_door_and_mcp_say_the_cost_of_a_real_small_models_run(
+    own_sample_index_dir: Path, tmp_path: Path,
+) -> None:
+    """Every call counted through every door, and the estimated tokens marked as such."""
+    import httpx
+    import httpx2
+    from loopback import uvicorn_serving
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from crag.app.server import build_server
+
+    with replay() as model:
+        settings = Settings.load(
+            env={"OPENAI_BASE_URL": model.url + "/v1", "OPENAI_API_KEY": "sk-test"},
+            index={"path": own_sample_index_dir}, web_search={"corpus": SAMPLES / "web.jsonl"},
+            server={"store": str(tmp_path / "runs.db")},
+        )
+        with uvicorn_serving(build_server(settings).app) as url:
+            async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+                reply = (await http.post("/v1/chat/completions", json={
+                    "model": "crag", "messages": [{"role": "user", "content": DEMO_QUESTIONS[0]}]})).json()
+            before = len(model.requests_to("/chat/completions"))
+            async with httpx2.AsyncClient(timeout=120) as http2, \
+                    Client(streamable_http_client(f"{url}/mcp", http_client=http2)) as client:
+                asked = (await client.call_tool("ask", {"question": DEMO_QUESTIONS[1]})).structured_content
+            after = len(model.requests_to("/chat/completions"))
+    door = reply["crag"]["cost"]
+    assert door["calls"] == before > 0 and door["estimated"]
+    assert reply["usage"]["total_tokens"] == door["tokens_in"] + door["tokens_out"]
+    assert asked["cost"]["calls"] == after - before > 0 and asked["cost"]["estimated"]
+    assert any(note.startswith("grade: ") for note in reply["crag"]["degraded"] + asked["degraded"])

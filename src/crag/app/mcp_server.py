@@ -63,6 +63,8 @@ class AskOutput(BaseModel):
     sources: list[SourceOut]
     run_id: str = Field(description="Read the run's trace at crag://runs/{run_id}/trace.")
     degraded: list[str] = Field(default_factory=list, description="What fell back, and why.")
+    cost: dict = Field(default_factory=dict, description="Model calls and tokens; `estimated`: some "
+                       "token counts were counted by crag, the server reported none.")
 
 
 class Hit(BaseModel):
@@ -208,6 +210,7 @@ def _ask_output(result: CragResult, run_id: str) -> AskOutput:
         sources=sources,
         run_id=run_id,
         degraded=result.degraded,
+        cost=result.cost.model_dump(mode="json"),
     )
 
 
