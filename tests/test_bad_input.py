@@ -17,18 +17,12 @@ import pytest
 import crag
 from crag.app.cli import main
 
+pytestmark = pytest.mark.usefixtures("no_config_file")
+
 DOCS = {
     "battery.md": "# Battery\nThe Zephyr drone battery lasts 42 minutes per charge.\n",
     "camera.md": "# Camera\nThe Zephyr camera records 4K video at 60 frames per second.\n",
 }
-
-
-@pytest.fixture(autouse=True)
-def _no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run where no crag.toml is, with no crag settings in the environment."""
-    monkeypatch.chdir(tmp_path)
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

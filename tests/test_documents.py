@@ -21,15 +21,10 @@ from crag.app.cli import PARTIAL, main
 from crag.ingestion.formats.pdf import drop_running_lines, join_hyphenated
 from crag.ingestion.readers import read_documents
 
+pytestmark = pytest.mark.usefixtures("no_config_file")
+
 DATA = Path(__file__).parent / "data" / "documents"
 GOOD, BAD = DATA / "good", DATA / "bad"
-
-
-@pytest.fixture(autouse=True)
-def _no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def documents(name: str) -> list:

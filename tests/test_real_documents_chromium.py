@@ -13,12 +13,7 @@ from conftest import BROWSER
 from crag.app.cli import main
 from crag.app.render.browser import print_pdf
 
-pytestmark = BROWSER
-
-
-@pytest.fixture(autouse=True)
-def _no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+pytestmark = [*BROWSER, pytest.mark.usefixtures("no_config_file")]
 
 
 def ask(capsys: pytest.CaptureFixture[str], index: Path, question: str) -> dict:

@@ -42,8 +42,7 @@ class Engine:
     def ready(cls, settings: Settings, runs: RunService) -> Engine:
         """An engine on `crag serve`'s run service (its workflow follows the server's reloads)."""
         engine = cls(settings)
-        engine._runs = runs
-        engine._future.set_result(runs.workflow)
+        engine._runs = runs  # `workflow()` reads the service's from then on
         return engine
 
     def start_loading(self, *, settle_heap: bool = False) -> None:
