@@ -168,7 +168,7 @@ def test_an_answer_cites_the_page_section_slide_cell_or_rows_it_came_from(
 
 REASONS = {
     "encrypted.pdf": "encrypted.pdf is encrypted (it needs a password)",
-    "scanned.pdf": "scanned.pdf has no text layer (a scanned or image-only PDF); run OCR first (e.g. `ocrmypdf",
+    "scanned.pdf": "scanned.pdf has no text layer (a scanned or image-only PDF); ",
     "truncated.pdf": "truncated.pdf is not a readable PDF (damaged or truncated",
     "empty.pdf": "empty.pdf is empty (0 bytes)",
     "not-a-zip.docx": "not-a-zip.docx is not a Word document (not a zip archive",

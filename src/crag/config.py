@@ -308,6 +308,10 @@ class IngestSettings(_Section):
     max_memory_mb: float = Field(
         512.0, gt=0, description="Memory one file's reader may take, beyond what its process starts with."
     )
+    max_ocr_pages: int = Field(
+        500, gt=0, description="Scanned pages read by OCR in one file (the ocr extra); each page's OCR "
+        "gets ingest.max_seconds of its own. A file with more is left out.",
+    )
 
     readers: dict[str, str] = Field(
         default_factory=dict,

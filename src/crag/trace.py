@@ -124,6 +124,7 @@ class Location(BaseModel):
     section: str | None = Field(default=None, description="The heading path, 'Setup / Wiring'.")
     file_id: str | None = Field(
         default=None, description="The file's id in the index (`crag serve` serves it at /files/ID).")
+    ocr: bool = Field(default=False, description="Its text was read by OCR (a scanned page, an image).")
 
     @staticmethod
     def fields(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -136,10 +137,13 @@ class Location(BaseModel):
                 found["file_id"] = file_id(metadata["file"])
         if "page" in found:
             found["page"] = str(found["page"])
+        if metadata.get("ocr"):
+            found["ocr"] = True
         return found
 
     def citation(self) -> str | None:
-        """How a person finds the passage: "handbook.pdf, p. 12", "deck.pptx, slide 3 (Pricing)";
+        """How a person finds the passage: "handbook.pdf, p. 12", "deck.pptx, slide 3 (Pricing)",
+        "scan.pdf, p. 2, OCR" for text read from a scanned page (it may hold misread words);
         None for a chunk with no file name (Markdown, text, the web), cited by its title."""
         if not self.file:
             return None
@@ -147,6 +151,7 @@ class Location(BaseModel):
             (self.page, f"p. {self.page}"), (self.slide, f"slide {self.slide}"),
             (self.cell, f"cell {self.cell}"), (self.rows, f"rows {self.rows}")] if value), None)
         where = f"{self.file}, {place}" if place else self.file
+        where = f"{where}, OCR" if self.ocr else where
         return f"{where} ({self.section})" if self.section else where
 
 

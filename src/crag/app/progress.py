@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 StepCallback = Callable[[StepProgressEvent], None]
 DeltaCallback = Callable[[AnswerDeltaEvent], None]
-STAGES = {"read": "files", "chunk": "documents", "summarize": "documents", "embed": "chunks"}  # ingest's stages and what they count
+# ingest's stages and what they count; "ocr" starts again at 0 for each scanned file read
+STAGES = {"read": "files", "ocr": "pages", "chunk": "documents", "summarize": "documents", "embed": "chunks"}
 
 
 async def run_with_progress(
@@ -129,6 +130,8 @@ class _IngestLines:
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         now = perf_counter()
+        if done == 0:
+            self.started[stage] = now
         took = now - self.started.setdefault(stage, now)
         if done < total and now - self.printed < self.every:
             return
@@ -210,6 +213,8 @@ def ingest_progress(
         def show(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
                 tasks[stage] = bar.add_task(stage, total=total, unit=STAGES.get(stage, "items"))
+            elif done == 0:  # the stage again (the next file's scanned pages): its own rate and time
+                bar.reset(tasks[stage], total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
         yield show

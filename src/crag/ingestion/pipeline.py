@@ -58,15 +58,16 @@ class IngestReport:
 
 # Where a chunk sits (page, slide, cell...) is carried to its citation, not into the text the
 # splitter budgets for or a model reads: "page: 12" is not knowledge. A section heading stays.
-HIDDEN_KEYS = ("file", "doc_id", *(k for k in LOCATION_KEYS if k != "section"), "cell_type")
+HIDDEN_KEYS = ("file", "doc_id", *(k for k in LOCATION_KEYS if k != "section"), "cell_type", "ocr")
 
 
 DEFAULT_INDEX = IndexSettings().path  # where `crag ingest` writes without a crag.toml
 
 
 ProgressCallback = Callable[[str, int, int], None]
-"""`progress(stage, done, total)`: stage "read" counts files (unchanged ones too), "embed" chunks;
-each stage starts with done=0."""
+"""`progress(stage, done, total)`: stage "read" counts files (unchanged ones too), "ocr" the
+scanned pages of the file being read (the `ocr` extra), "embed" chunks; each stage starts with
+done=0 (stage "ocr" once for each file it reads)."""
 Summarizer = Callable[[list[Document]], dict[str, str]]
 """`summarize(documents)`: a summary per document id, for the documents given."""
 
@@ -214,7 +215,8 @@ def _ingest(
                 if progress:
                     progress("read", number, len(files))
                 continue
-            docs, digest = reader.read(file)  # bounded in time and memory
+            pages_read = (lambda done, total: progress("ocr", done, total)) if progress else None
+            docs, digest = reader.read(file, pages_read)  # bounded in time and memory
         except IngestError as exc:  # this file is left out; the others still go in
             report.skipped.append(str(exc))
             if progress:

@@ -1,6 +1,6 @@
 """Readers for the file types `crag ingest` accepts, keyed by suffix in `READERS`: text
 (.txt, .md, .html, .jsonl) here, documents (PDF, Word, PowerPoint, notebooks, CSV/TSV) in
-`crag.ingestion.formats`."""
+`crag.ingestion.formats`, and images (.png, .jpg, .tif) when the `ocr` extra can read them."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from crag.ingestion.formats.docx import read_docx
 from crag.ingestion.formats.epub import read_epub
 from crag.ingestion.formats.html import html_text
 from crag.ingestion.formats.notebook import read_notebook
+from crag.ingestion.formats.ocr import IMAGE_SUFFIXES, OcrLimits, installed, ocr_limits, read_image
 from crag.ingestion.formats.pdf import read_pdf
 from crag.ingestion.formats.slides import read_slides
 from crag.ingestion.formats.table import read_table
@@ -44,9 +45,12 @@ READERS: dict[str, Reader] = {
     ".csv": read_table,
     ".tsv": read_table,
 }
-SUPPORTED = tuple(READERS)
 KINDS = ".txt, .md, .html, .jsonl, .pdf, .docx, .epub, .pptx, .ipynb, .csv or .tsv"
 """The supported types, as a sentence names them."""
+if installed():  # without the extra a folder's photos are passed over, not each skipped with a line
+    READERS.update(dict.fromkeys(IMAGE_SUFFIXES, read_image))
+    KINDS = KINDS.replace(" or ", ", ") + ", .png, .jpg, .jpeg, .tif or .tiff"
+SUPPORTED = tuple(READERS)
 
 
 def find_files(paths: list[Path], extra: Collection[str] = ()) -> list[Path]:
@@ -146,12 +150,14 @@ def read_documents(
     data: bytes | None = None,
     readers: Mapping[str, Reader] | None = None,
     limits: IngestSettings | None = None,
+    ocr_progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[Document]:
     """Documents in one file (its bytes `data` when already read): one per file, section, page,
     slide, cell, group of rows or line of a .jsonl corpus, by type; a paragraph longer than
     PARAGRAPH_LIMIT is cut into shorter ones (text within the limit is unchanged). `readers`
     adds to or replaces the built-in ones, by suffix. `limits` bound the file's size, what
-    its archive unpacks to and the text taken from it (default: the `[ingest]` defaults)."""
+    its archive unpacks to, the text taken from it and the pages read by OCR (default: the
+    `[ingest]` defaults); `ocr_progress(done, total)` follows those pages."""
     limits = limits or IngestSettings()
     reader = (readers or {}).get(path.suffix.lower()) or READERS.get(path.suffix.lower())
     if reader is None:
@@ -160,6 +166,7 @@ def read_documents(
         data = read_checked(path, limits)[0]
     documents, text = [], 0
     token = unpack_limit.set(int(limits.max_unpacked_mb * MB))
+    ocr_token = ocr_limits.set(OcrLimits(limits.max_ocr_pages, ocr_progress))
     try:
         for document in reader(path, data):
             clean(document)  # every reader's text as typed, its labels fit to cite
@@ -170,6 +177,7 @@ def read_documents(
             documents.append(document)
     finally:
         unpack_limit.reset(token)
+        ocr_limits.reset(ocr_token)
     for document in documents:
         if len(document.text) > PARAGRAPH_LIMIT:
             document.set_content(bounded_paragraphs(document.text))

