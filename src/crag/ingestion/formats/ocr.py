@@ -10,6 +10,7 @@ or better but adds ~300 MB (OpenCV and ONNX Runtime), and read two columns acros
 
 from __future__ import annotations
 
+import functools
 import io
 import warnings
 from collections.abc import Callable, Iterator
@@ -68,17 +69,16 @@ class OcrLimits:
 
 
 ocr_limits: ContextVar[OcrLimits] = ContextVar("ocr_limits", default=OcrLimits())
-_engines: dict[str, OcrEngine] = {}
 
 
+@functools.cache
 def engine() -> OcrEngine | None:
-    """This process's engine, loaded on first use; None without the `ocr` extra."""
-    if "tesseract" not in _engines:
-        try:
-            _engines["tesseract"] = TesseractEngine()
-        except ImportError:
-            return None
-    return _engines["tesseract"]
+    """This process's engine, loaded on first use (in the ingest's reader child, which keeps
+    it for the files after); None without the `ocr` extra."""
+    try:
+        return TesseractEngine()
+    except ImportError:
+        return None
 
 
 def installed() -> bool:
