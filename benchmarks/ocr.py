@@ -5,7 +5,9 @@ The pages are sentences drawn with Pillow at a scanner's resolution, as a scanne
 clean at 300, 200 and 150 dpi, grey with speckle noise and a slight blur, turned by 1.5°,
 set in two columns, and a page of part numbers, dates and amounts. The text drawn is the
 reference; a page's word accuracy is 1 - (word edit distance / reference words), after case
-and punctuation are dropped, so reading order counts (two columns read across are wrong).
+and punctuation are dropped, so reading order counts (two columns read across are wrong);
+"words found" is the share of the reference's words that the text holds, in any order (what
+a keyword search would find); CER is the character edit distance over the reference length.
 
 Each engine runs in its own child process (`--engine NAME`), so its peak RSS is its own:
 `ru_maxrss` of the child, plus that of the `tesseract` program pytesseract starts.
@@ -18,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import resource
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from PIL import Image, ImageFilter, ImageFont, ImageDraw
@@ -193,8 +197,10 @@ def measure(name: str) -> dict:
         seconds = time.perf_counter() - start
         ref, got = words(reference), words(text)
         chars_ref, chars_got = " ".join(ref), " ".join(got)
+        found = sum((Counter(ref) & Counter(got)).values()) / len(ref)
         rows.append({"page": title, "seconds": round(seconds, 2),
                      "word_accuracy": round(1 - distance(ref, got) / len(ref), 4),
+                     "words_found": round(found, 4),
                      "cer": round(distance(chars_ref, chars_got) / len(chars_ref), 4)})
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -222,16 +228,26 @@ def main() -> None:
         print(json.dumps(measure(args.engine)))
         return
     for name in installed():
-        out = subprocess.run([sys.executable, __file__, "--engine", name], capture_output=True, text=True)
-        if out.returncode:
-            print(f"{name}: failed: {out.stderr.strip().splitlines()[-1:]}")
-            continue
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"\n{name}: models loaded in {result['load_seconds']} s; peak RSS "
-              f"{result['peak_rss_mb']} MB (its tesseract child {result['peak_child_rss_mb']} MB)")
-        print(f"{'page':28} {'word acc.':>9} {'CER':>7} {'s/page':>7}")
-        for row in result["pages"]:
-            print(f"{row['page']:28} {row['word_accuracy']:9.1%} {row['cer']:7.2%} {row['seconds']:7.2f}")
+        # Debian's tesseract runs OpenMP threads, which spin on a busy machine: once as it
+        # comes, once held to one thread as tesserocr's wheel (built without OpenMP) runs.
+        for threads in ([None, "1"] if name == "pytesseract" else [None]):
+            env = {**os.environ, **({"OMP_THREAD_LIMIT": threads} if threads else {})}
+            out = subprocess.run([sys.executable, __file__, "--engine", name], capture_output=True,
+                                 text=True, env=env)
+            label = f"{name} (OMP_THREAD_LIMIT={threads})" if threads else name
+            if out.returncode:
+                print(f"{label}: failed: {out.stderr.strip().splitlines()[-1:]}")
+                continue
+            show(label, json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def show(label: str, result: dict) -> None:
+    print(f"\n{label}: models loaded in {result['load_seconds']} s; peak RSS "
+          f"{result['peak_rss_mb']} MB (its tesseract child {result['peak_child_rss_mb']} MB)")
+    print(f"{'page':28} {'word acc.':>9} {'found':>7} {'CER':>7} {'s/page':>7}")
+    for row in result["pages"]:
+        print(f"{row['page']:28} {row['word_accuracy']:9.1%} {row['words_found']:7.1%} "
+              f"{row['cer']:7.2%} {row['seconds']:7.2f}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from crag.ingestion.readers import read_documents
 pytestmark = pytest.mark.usefixtures("no_config_file")
 
 DATA = Path(__file__).parent / "data" / "documents"
-needs_engine = pytest.mark.skipif(not ocr.installed(), reason="the ocr extra (tesserocr, tessdata) is not installed")
+NOT_INSTALLED = "the ocr extra (tesserocr, tessdata) is not installed"
+needs_engine = pytest.mark.skipif(not ocr.installed(), reason=NOT_INSTALLED)
 
 PAGES = [
     ["Installing the Kestrel water pump.", "Mount the pump on a level concrete base."],
@@ -51,10 +52,10 @@ def scanned_pdf(pages: list[list[str]]) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def scanned_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[str, int, int]]]:
+def scanned_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple]]:
     """A folder holding a three-page scan, ingested; and the progress the ingest reported."""
     if not ocr.installed():
-        pytest.skip("the ocr extra (tesserocr, tessdata) is not installed")
+        pytest.skip(NOT_INSTALLED)
     folder = tmp_path_factory.mktemp("scans")
     (folder / "kestrel-scan.pdf").write_bytes(scanned_pdf(PAGES))
     reported: list[tuple[str, int, int]] = []
@@ -76,7 +77,9 @@ def test_a_scanned_pdf_is_read_by_ocr_and_the_answer_cites_its_page_marked_ocr(
 
 
 @needs_engine
-def test_each_scanned_page_read_is_reported_while_the_file_is_read(scanned_index: tuple[Path, list]) -> None:
+def test_each_scanned_page_read_is_reported_while_the_file_is_read(
+    scanned_index: tuple[Path, list],
+) -> None:
     pages = [call for call in scanned_index[1] if call[0] == "ocr"]
     assert pages == [("ocr", done, 3) for done in range(4)]
 
@@ -97,8 +100,10 @@ def test_a_mixed_pdf_keeps_its_text_pages_as_they_are_and_reads_only_the_scanned
     writer.append(pypdf.PdfReader(io.BytesIO(typed)), pages=[1])
     writer.write(tmp_path / "mixed.pdf")
     pages = list(read_documents(tmp_path / "mixed.pdf"))
-    assert [(d.metadata["page"], d.metadata.get("ocr")) for d in pages] == [("1", None), ("2", True), ("3", None)]
-    assert [pages[0].text, pages[2].text] == ["The depot opens at six.", "Forklifts charge overnight."]
+    assert [(d.metadata["page"], d.metadata.get("ocr")) for d in pages] == [
+        ("1", None), ("2", True), ("3", None)]
+    assert [pages[0].text, pages[2].text] == ["The depot opens at six.",
+                                              "Forklifts charge overnight."]
     assert "Replace the seal every 3000 hours." in pages[1].text
 
 
@@ -118,8 +123,9 @@ def test_a_file_with_more_scanned_pages_than_max_ocr_pages_is_left_out_naming_th
     (tmp_path / "notes.txt").write_text("The depot opens at six.\n", encoding="utf-8")
     report = crag.ingest([tmp_path], tmp_path / "index", limits=IngestSettings(max_ocr_pages=2))
     assert report.files_read == 1
-    assert report.skipped == [f"{tmp_path / 'book.pdf'} has 3 scanned pages, over ingest.max_ocr_pages (2); "
-                              "raise it to read them by OCR, or split the file. Left out."]
+    assert report.skipped == [f"{tmp_path / 'book.pdf'} has 3 scanned pages, over "
+                              "ingest.max_ocr_pages (2); raise it to read them by OCR, or split "
+                              "the file. Left out."]
 
 
 @pytest.fixture

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 StepCallback = Callable[[StepProgressEvent], None]
 DeltaCallback = Callable[[AnswerDeltaEvent], None]
 # ingest's stages and what they count; "ocr" starts again at 0 for each scanned file read
-STAGES = {"read": "files", "ocr": "pages", "chunk": "documents", "summarize": "documents", "embed": "chunks"}
+STAGES = {"read": "files", "ocr": "pages", "chunk": "documents", "summarize": "documents",
+          "embed": "chunks"}
 
 
 async def run_with_progress(

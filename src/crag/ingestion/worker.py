@@ -71,7 +71,7 @@ class FileReader:
         while True:  # each page read by OCR restarts the clock: a scanned book is no hostile file
             if not conn.poll(self.limits.max_seconds):
                 self.close()
-                what = "reading it" if ocr is None else f"OCR of its scanned page {ocr[0] + 1} of {ocr[1]}"
+                what = "reading it" if ocr is None else f"OCR of scanned page {ocr[0] + 1} of {ocr[1]}"
                 raise IngestError(f"{path}: {what} took over {self.limits.max_seconds:g} s "
                                   "(ingest.max_seconds); stopped, and left out.")
             try:

@@ -103,7 +103,8 @@ def scanned_pages(path: Path, data: bytes, pages: list[str]) -> dict[int, str]:
     limits = ocr_limits.get()
     if len(missing) > limits.max_pages:
         raise IngestError(f"{path} has {len(missing)} scanned pages, over ingest.max_ocr_pages "
-                          f"({limits.max_pages}); raise it to read them by OCR, or split the file. Left out.")
+                          f"({limits.max_pages}); raise it to read them by OCR, or split the file. "
+                          "Left out.")
     import pypdf
 
     with warnings.catch_warnings():
@@ -124,8 +125,9 @@ def scanned_pages(path: Path, data: bytes, pages: list[str]) -> dict[int, str]:
 def no_text_hint(path: Path) -> str:
     """What to do with a PDF with no text layer, without the `ocr` extra or with it."""
     if installed():
+        copy = path.with_name(f"{path.stem}-ocr.pdf")
         return ("OCR found no text in its images (or its pages are drawn, not scanned); run "
-                f"`ocrmypdf {path} {path.with_name(f'{path.stem}-ocr.pdf')}` and ingest the result.")
+                f"`ocrmypdf {path} {copy}` and ingest the result.")
     return f"install the ocr extra to read it by OCR ({INSTALL})."
 
 
@@ -140,15 +142,15 @@ def read_image(path: Path, data: bytes) -> Iterator[Document]:
         raise IngestError(f"{path} is an image; reading its text needs the ocr extra ({INSTALL}).")
     try:
         image = Image.open(io.BytesIO(data))
-        frames = getattr(image, "n_frames", 1)
-        if frames > ocr_limits.get().max_pages:
+        frames, limits = getattr(image, "n_frames", 1), ocr_limits.get()
+        if frames > limits.max_pages:
             raise IngestError(f"{path} has {frames} pages, over ingest.max_ocr_pages "
-                              f"({ocr_limits.get().max_pages}); raise it, or split the file. Left out.")
+                              f"({limits.max_pages}); raise it, or split the file. Left out.")
         texts = []
         for frame in range(frames):
             image.seek(frame)
             texts.append(reader.read(_prepared(image)))
-            _report(ocr_limits.get(), frame + 1, frames)
+            _report(limits, frame + 1, frames)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise IngestError(f"{path} is not a readable image ({short_reason(exc)}); "
                           "export it again.") from None
