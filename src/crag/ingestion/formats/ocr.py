@@ -113,12 +113,18 @@ def scanned_pages(path: Path, data: bytes, pages: list[str]) -> dict[int, str]:
         if pdf.is_encrypted:
             pdf.decrypt("")  # pdf.py has opened it already: only the empty password is left
         found: dict[int, str] = {}
+        undecoded: list[str] = []  # why an image could not be read, where one could not
         _report(limits, 0, len(missing))
         for done, index in enumerate(missing, start=1):
-            text = "\n\n".join(reader.read(image) for image in _page_images(pdf.pages[index]))
+            images = _page_images(pdf.pages[index], undecoded)
+            text = "\n\n".join(reader.read(image) for image in images)
             if text.strip():
                 found[index] = text
             _report(limits, done, len(missing))
+    if undecoded and not found and len(missing) == len(pages):
+        raise IngestError(f"{path} has no text layer (a scanned or image-only PDF), and its images "
+                          f"could not be decoded for OCR ({undecoded[0].rstrip('.')}); run `ocrmypdf` on it, "
+                          "or scan it again at 300 dpi. Left out.")
     return found
 
 
@@ -168,17 +174,23 @@ def _report(limits: OcrLimits, done: int, total: int) -> None:
         limits.progress(done, total)
 
 
-def _page_images(page: object) -> Iterator[Image.Image]:
-    """The page's images large enough to hold text, ready for OCR; one that cannot be decoded
-    (a JBIG2 image without the jbig2dec program) is passed over."""
+def _page_images(page: object, undecoded: list[str]) -> Iterator[Image.Image]:
+    """The page's images large enough to hold text, ready for OCR. One that cannot be decoded
+    (JBIG2 without the jbig2dec program; past pypdf's 75 MB for one image, as a colour A4 page
+    at 600 dpi is) is passed over, its reason added to `undecoded`."""
     try:
-        files = list(page.images)  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - a damaged resource dictionary leaves the page unread
+        images = page.images  # type: ignore[attr-defined]
+        count = len(images)
+    except Exception as exc:  # noqa: BLE001 - a damaged resource dictionary leaves the page unread
+        undecoded.append(short_reason(exc))
         return
-    for file in files:
+    for number in range(count):  # pypdf decodes each image as it is taken
         try:
-            image = file.image
-        except Exception:  # noqa: BLE001 - pypdf and Pillow raise many kinds on an odd image
+            image = images[number].image
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - pypdf and Pillow raise many kinds on an odd image
+            undecoded.append(short_reason(exc))
             continue
         if image is not None and min(image.size) >= MIN_SIDE:
             yield _prepared(image)
