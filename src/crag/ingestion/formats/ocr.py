@@ -122,9 +122,10 @@ def scanned_pages(path: Path, data: bytes, pages: list[str]) -> dict[int, str]:
                 found[index] = text
             _report(limits, done, len(missing))
     if undecoded and not found and len(missing) == len(pages):
+        reason = undecoded[0].rstrip(".")
         raise IngestError(f"{path} has no text layer (a scanned or image-only PDF), and its images "
-                          f"could not be decoded for OCR ({undecoded[0].rstrip('.')}); run `ocrmypdf` on it, "
-                          "or scan it again at 300 dpi. Left out.")
+                          f"could not be decoded for OCR ({reason}); run `ocrmypdf` on it, or scan "
+                          "it again at 300 dpi. Left out.")
     return found
 
 
@@ -153,11 +154,12 @@ def read_image(path: Path, data: bytes) -> Iterator[Document]:
             raise IngestError(f"{path} has {frames} pages, over ingest.max_ocr_pages "
                               f"({limits.max_pages}); raise it, or split the file. Left out.")
         texts = []
+        _report(limits, 0, frames)
         for frame in range(frames):
             image.seek(frame)
             texts.append(reader.read(_prepared(image)))
             _report(limits, frame + 1, frames)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError, ValueError) as exc:
         raise IngestError(f"{path} is not a readable image ({short_reason(exc)}); "
                           "export it again.") from None
     for number, text in enumerate(texts):
