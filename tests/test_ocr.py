@@ -108,6 +108,14 @@ def test_a_mixed_pdf_keeps_its_text_pages_as_they_are_and_reads_only_the_scanned
 
 
 @needs_engine
+def test_a_page_drawn_without_an_image_is_not_sent_to_ocr_and_the_line_says_what_to_do() -> None:
+    pages_read: list[tuple[int, int]] = []
+    with pytest.raises(crag.IngestError, match=r"or its pages are drawn, not scanned\); run `ocrmypdf"):
+        list(read_documents(DATA / "bad" / "scanned.pdf", ocr_progress=lambda *call: pages_read.append(call)))
+    assert pages_read == []
+
+
+@needs_engine
 def test_an_image_file_is_a_document_of_the_text_in_it(tmp_path: Path) -> None:
     scan(["Visitors sign in at the north gate."]).save(tmp_path / "notice.png")
     [document] = read_documents(tmp_path / "notice.png")

@@ -92,19 +92,11 @@ def installed() -> bool:
 
 
 def scanned_pages(path: Path, data: bytes, pages: list[str]) -> dict[int, str]:
-    """OCR's text for each page of the PDF `data` that has none in `pages` (its text layer), by
-    index; {} without the `ocr` extra, or when every page has text."""
+    """OCR's text for each page of the PDF `data` that has none in `pages` (its text layer) but
+    has images, by index; {} without the `ocr` extra, or when no page is scanned."""
     missing = [index for index, text in enumerate(pages) if not text.strip()]
-    if not missing:
+    if not missing or not installed():
         return {}
-    reader = engine()
-    if reader is None:
-        return {}
-    limits = ocr_limits.get()
-    if len(missing) > limits.max_pages:
-        raise IngestError(f"{path} has {len(missing)} scanned pages, over ingest.max_ocr_pages "
-                          f"({limits.max_pages}); raise it to read them by OCR, or split the file. "
-                          "Left out.")
     import pypdf
 
     with warnings.catch_warnings():
@@ -112,15 +104,23 @@ def scanned_pages(path: Path, data: bytes, pages: list[str]) -> dict[int, str]:
         pdf = pypdf.PdfReader(io.BytesIO(data), strict=False)
         if pdf.is_encrypted:
             pdf.decrypt("")  # pdf.py has opened it already: only the empty password is left
+        scanned = [index for index in missing if _has_images(pdf.pages[index])]  # not a blank page
+        if not scanned or (reader := engine()) is None:
+            return {}
+        limits = ocr_limits.get()
+        if len(scanned) > limits.max_pages:
+            raise IngestError(f"{path} has {len(scanned)} scanned pages, over ingest.max_ocr_pages "
+                              f"({limits.max_pages}); raise it to read them by OCR, or split the "
+                              "file. Left out.")
         found: dict[int, str] = {}
         undecoded: list[str] = []  # why an image could not be read, where one could not
-        _report(limits, 0, len(missing))
-        for done, index in enumerate(missing, start=1):
+        _report(limits, 0, len(scanned))
+        for done, index in enumerate(scanned, start=1):
             images = _page_images(pdf.pages[index], undecoded)
             text = "\n\n".join(reader.read(image) for image in images)
             if text.strip():
                 found[index] = text
-            _report(limits, done, len(missing))
+            _report(limits, done, len(scanned))
     if undecoded and not found and len(missing) == len(pages):
         reason = undecoded[0].rstrip(".")
         raise IngestError(f"{path} has no text layer (a scanned or image-only PDF), and its images "
@@ -174,6 +174,13 @@ def read_image(path: Path, data: bytes) -> Iterator[Document]:
 def _report(limits: OcrLimits, done: int, total: int) -> None:
     if limits.progress is not None:
         limits.progress(done, total)
+
+
+def _has_images(page: object) -> bool:
+    try:
+        return len(page.images) > 0  # type: ignore[attr-defined] - names them, decodes none
+    except Exception:  # noqa: BLE001 - a damaged resource dictionary: nothing to read on it
+        return False
 
 
 def _page_images(page: object, undecoded: list[str]) -> Iterator[Image.Image]:
