@@ -16,6 +16,7 @@ machine the wall time counts the other work too.
 
     python benchmarks/ocr.py                       # every engine found, a table
     python benchmarks/ocr.py --engine rapidocr     # one engine, JSON
+    python benchmarks/ocr.py --crag                # the pages as one scanned PDF, through crag.ingest
 """
 
 from __future__ import annotations
@@ -227,7 +228,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", help="measure this engine only, in this process; print JSON")
     parser.add_argument("--save", type=Path, help="write the pages as PNG files to this folder")
+    parser.add_argument("--crag", action="store_true",
+                        help="ingest the pages as one PDF with crag's defaults (the ocr extra)")
     args = parser.parse_args()
+    if args.crag:
+        ingest_scan()
+        return
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
         for number, (title, image, _) in enumerate(pages(), 1):
@@ -248,6 +254,27 @@ def main() -> None:
                 print(f"{label}: failed: {out.stderr.strip().splitlines()[-1:]}")
                 continue
             show(label, json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def ingest_scan() -> None:
+    """The pages as one PDF with no text layer, ingested with crag's `[ingest]` defaults: the
+    reader's child does the OCR, within its time and memory limits."""
+    import tempfile
+
+    import crag
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "scans"
+        folder.mkdir()
+        images = [image for _, image, _ in pages()]
+        images[0].save(folder / "scans.pdf", "PDF", resolution=200, save_all=True, append_images=images[1:])
+        start, cpu = time.perf_counter(), cpu_seconds()
+        report = crag.ingest([folder], Path(tmp) / "index")
+        seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"{len(images)} scanned pages: {report.documents} documents, {report.chunks_added} chunks, "
+          f"skipped {report.skipped}; {seconds:.1f} s ({cpu:.1f} s CPU, embedding included), "
+          f"the reader's child at most {child:.0f} MB RSS")
 
 
 def show(label: str, result: dict) -> None:
