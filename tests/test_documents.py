@@ -334,6 +334,43 @@ def test_a_documents_page_label_is_its_cited_page_beside_files_crag_reads_itself
     assert "/reports" not in chunk.get_content(MetadataMode.EMBED)
 
 
+def test_a_pdf_simple_directory_reader_read_as_bytes_is_skipped_and_no_answer_shows_its_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """SimpleDirectoryReader without llama-index-readers-file (crag does not need it) decodes a
+    PDF's bytes as text, and its `filename_as_id` ids are the files' paths."""
+    from llama_index.core import SimpleDirectoryReader
+
+    folder = tmp_path / "shared-drive-5c1e"
+    folder.mkdir()
+    (folder / "handbook.pdf").write_bytes((GOOD / "handbook.pdf").read_bytes())
+    (folder / "valve.txt").write_text("The Zorblat valve opens at 7 bar of pressure.\n")
+    loaded = SimpleDirectoryReader(str(folder), filename_as_id=True).load_data()
+    assert any(d.text.lstrip().startswith("%PDF-") for d in loaded)  # what the docs warn of
+    index = tmp_path / "index"
+    report = crag.ingest(documents=loaded, index_dir=index)
+    assert report.documents == 1
+    assert report.skipped == ["document handbook.pdf: its text is a PDF's raw bytes, not text; the reader "
+                              "that made it cannot read this kind (SimpleDirectoryReader needs "
+                              "llama-index-readers-file for PDFs and Office files), or pass the file's "
+                              "path to crag.ingest, which reads it."]
+    answer = ask(capsys, index, "At what pressure does the Zorblat valve open?")
+    assert answer["sources"][0]["file"] == "valve.txt"
+    assert folder.name not in json.dumps(answer)
+    again = crag.ingest(documents=SimpleDirectoryReader(str(folder), filename_as_id=True).load_data(),
+                        index_dir=index)
+    assert again.documents_unchanged == 1  # the manifest still knows it by the id it was given
+
+
+def test_only_raw_bytes_given_is_one_error_naming_them(tmp_path: Path) -> None:
+    from llama_index.core.schema import Document
+
+    raw = Document(text="%PDF-1.7\n%\u00e2\u00e3\n1 0 obj", id_="scan", metadata={"file_name": "scan.pdf"})
+    with pytest.raises(crag.IngestError, match="document scan.pdf: its text is a PDF's raw bytes"):
+        crag.ingest(documents=[raw], index_dir=tmp_path / "index")
+    assert not (tmp_path / "index").exists()
+
+
 def test_documents_that_are_not_documents_or_nothing_at_all_are_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(crag.IngestError, match="documents= takes llama-index Document objects, not str"):
         crag.ingest(documents=["just text"], index_dir=tmp_path / "index")
