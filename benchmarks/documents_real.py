@@ -11,8 +11,8 @@
                  grading (one did, the verdict was "incorrect": with a web search, the run
                  would have gone to the web), grade order (another chunk was graded higher),
                  synthesis (graded highest, yet the answer cites another chunk first).
-    files        read, skipped (with crag's one-line reason), and silently empty: recorded as
-                 read with no chunk in the index and no line saying why. Must be 0.
+    files        read, skipped (with crag's one-line reason), and silently empty: a file of the
+                 folder with no chunk in the index and no line saying why. Must be 0.
     pages/s      reading every PDF in the folder that ingest read (`read_documents`), median of
                  --runs after one warm-up read, in this process.
     peak RSS     of `crag ingest` of the folder in a child (`_peak_rss`). Target <= 300 MB.
@@ -79,8 +79,9 @@ def report(folder: Path, runs: int) -> None:
 
     per_file = Counter(node.metadata.get("file") for node in chunks.nodes)
     said = ingested.skipped + ingested.empty
-    silent = [name for name in chunks.manifest if not per_file[file_id(name)]
-              and not any(name in line for line in said)]
+    # recorded as read with no chunk, or not recorded at all, and no line saying why
+    silent = [str(p) for p in sorted(FILES.rglob("*")) if p.is_file()
+              and not per_file[file_id(str(p.resolve()))] and not any(str(p) in line for line in said)]
     print(f"\n| files | count |\n|---|---|\n| read | {ingested.files_read} |")
     print(f"| skipped, with a reason | {ingested.files_skipped} |\n| empty, with a reason | {ingested.files_empty} |")
     print(f"| silently empty (must be 0) | {len(silent)} |")
