@@ -113,6 +113,28 @@ def test_an_epub_whose_table_of_contents_is_not_xml_keeps_the_chapters_headings(
     assert [d.metadata["section"] for d in read_documents(book)] == ["Welcome", "Cycles", "Recycling"]
 
 
+def test_an_html_page_reads_as_a_browser_shows_it_whatever_its_markup_indentation(tmp_path: Path) -> None:
+    page = tmp_path / "glossary.html"
+    page.write_text(
+        "<html>\n\t<body>\n\t\t<dl>\n\t\t\t<dt>\n\t\t\t\tCynic\n\t\t\t</dt>\n\t\t\t<dd>\n"
+        "\t\t\t\t<p>One who sees things\n\t\t\t\tas they <i>are</i>.</p>\n\t\t\t</dd>\n\t\t</dl>\n"
+        "\t\t<table><tr><td>volts</td><td>12</td></tr></table>\n"
+        "\t\t<pre>def f():\n\n    return 1</pre>\n\t</body>\n</html>\n", encoding="utf-8")
+    [document] = read_documents(page)
+    assert document.text == "Cynic\n\nOne who sees things as they are.\n\nvolts 12\n\ndef f():\n\n    return 1"
+
+
+def test_raw_html_in_markdown_is_left_out_and_html_in_code_is_kept(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        '<a href="https://example.org/data"><img src="https://example.org/badge.svg" alt="badge" /></a>\n\n'
+        "CO2 data, <b>monthly</b>.<br/> Use the `<br>` tag for a break. <!-- to do -->\n\n"
+        "```\n<div>kept in a fence</div>\n```\n", encoding="utf-8")
+    [document] = read_documents(readme)
+    assert document.text == ("CO2 data, monthly. Use the `<br>` tag for a break. \n\n"
+                             "```\n<div>kept in a fence</div>\n```")
+
+
 def test_a_table_is_cut_into_groups_of_rows_each_starting_with_the_header_line() -> None:
     groups = documents("sites.csv")
     assert len(groups) > 1
