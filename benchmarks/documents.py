@@ -1,6 +1,7 @@
 """Document readers: text fidelity, citation accuracy, speed and memory, crag against LlamaIndex.
 
     python benchmarks/documents.py [--pages 200] [--big-pages 1000] [--runs 3] [--keep DIR]
+    python benchmarks/documents.py --real [--runs 3] [--keep DIR]
 
 Needs Chromium (`apt-get install -y chromium`) to print the PDFs, python-docx and python-pptx
 (crag's test extra) to write the Word and PowerPoint files, and llama-index-readers-file with
@@ -41,6 +42,14 @@ Measured, for crag's readers (`crag.ingestion.readers.read_documents`) and Llama
                  a child spawned by a small launcher that prints
                  resource.getrusage(RUSAGE_CHILDREN).ru_maxrss: a child of this process would
                  inherit this process's peak at exec. MB = 2**20 bytes. Target <= 300 MB.
+
+--real measures crag on benchmarks/real_documents instead: 35 public files of the kinds a shared
+drive holds (US government reports, tables and a scanned page as PDFs, a DOCX handbook, an EPUB,
+HTML, Markdown, text, notebooks, CSVs, a slide), each with its source url, license and sha256 in
+sources.json, and 60 questions in questions.jsonl, each naming the file and page (section, cell,
+slide or CSV line) that answers it; `real_set` checks every answer is on its page, and
+`documents_real` says what is measured (sources right, files silently empty, pages/s, peak RSS).
+It needs neither Chromium nor LlamaIndex's file readers.
 """
 
 from __future__ import annotations
@@ -49,8 +58,6 @@ import argparse
 import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -71,7 +78,8 @@ from crag.events import Source
 from crag.ingestion.readers import read_documents
 from crag.workflows.factory import build_workflow
 
-MB = 2**20
+from _peak_rss import INGEST, MB, peak_rss_mb  # benchmarks/, the script's folder
+
 HEADER, FOOTER = "Lumen Field Manual, revision 3", "Confidential: Lumen Energy internal use only"
 WORDS = [
     "the", "a", "of", "and", "to", "in", "is", "that", "for", "on", "with", "as", "by",
@@ -291,21 +299,8 @@ def pages_per_second(path: Path, read: object, runs: int) -> float:
     return count / statistics.median(times)
 
 
-# Runs argv[1:] as its only child and prints that child's peak RSS in KiB.
-_LAUNCHER = """
-import resource, subprocess, sys
-subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-"""
-_INGEST = "import sys; from crag.app.cli import main; sys.exit(main(['ingest', *sys.argv[1:], '-q']))"
 _READ = ("import sys; from pathlib import Path; from crag.ingestion.readers import read_documents; "
          "sum(len(d.text) for d in read_documents(Path(sys.argv[1])))")
-
-
-def peak_rss_mb(code: str, *args: str) -> float:
-    done = subprocess.run([sys.executable, "-c", _LAUNCHER, sys.executable, "-c", code, *args],
-                          capture_output=True, text=True, check=True)
-    return int(done.stdout.split()[-1]) * 1024 / MB
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -317,11 +312,18 @@ def main() -> None:
     parser.add_argument("--big-pages", type=int, default=1000, help="pages of the PDF ingested for peak RSS")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="build the fixtures here and keep them")
+    parser.add_argument("--real", action="store_true",
+                        help="measure the real-world set (benchmarks/real_documents) instead")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="crag-docbench-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        report(folder, args)
+        if args.real:
+            import documents_real
+
+            documents_real.report(folder, args.runs)
+        else:
+            report(folder, args)
 
 
 def report(folder: Path, args: argparse.Namespace) -> None:
@@ -348,7 +350,7 @@ def report(folder: Path, args: argparse.Namespace) -> None:
 
     big = long_pdf(folder, args.big_pages)
     read = peak_rss_mb(_READ, str(big))
-    ingest = peak_rss_mb(_INGEST, str(big), "--index", str(folder / "big-index"))
+    ingest = peak_rss_mb(INGEST, str(big), "--index", str(folder / "big-index"))
     print(f"\n| {args.big_pages}-page PDF ({big.stat().st_size / MB:.1f} MB) | peak RSS MB |\n|---|---|")
     print(f"| crag: read only | {read:.0f} |\n| crag ingest (target ≤ 300) | {ingest:.0f} |")
 

@@ -113,6 +113,28 @@ def test_an_epub_whose_table_of_contents_is_not_xml_keeps_the_chapters_headings(
     assert [d.metadata["section"] for d in read_documents(book)] == ["Welcome", "Cycles", "Recycling"]
 
 
+def test_an_html_page_reads_as_a_browser_shows_it_whatever_its_markup_indentation(tmp_path: Path) -> None:
+    page = tmp_path / "glossary.html"
+    page.write_text(
+        "<html>\n\t<body>\n\t\t<dl>\n\t\t\t<dt>\n\t\t\t\tCynic\n\t\t\t</dt>\n\t\t\t<dd>\n"
+        "\t\t\t\t<p>One who sees things\n\t\t\t\tas they <i>are</i>.</p>\n\t\t\t</dd>\n\t\t</dl>\n"
+        "\t\t<table><tr><td>volts</td><td>12</td></tr></table>\n"
+        "\t\t<pre>def f():\n\n    return 1</pre>\n\t</body>\n</html>\n", encoding="utf-8")
+    [document] = read_documents(page)
+    assert document.text == "Cynic\n\nOne who sees things as they are.\n\nvolts 12\n\ndef f():\n\n    return 1"
+
+
+def test_raw_html_in_markdown_is_left_out_and_html_in_code_is_kept(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        '<a href="https://example.org/data"><img src="https://example.org/badge.svg" alt="badge" /></a>\n\n'
+        "CO2 data, <b>monthly</b>.<br/> Use the `<br>` tag for a break. <!-- to do -->\n\n"
+        "```\n<div>kept in a fence</div>\n```\n", encoding="utf-8")
+    [document] = read_documents(readme)
+    assert document.text == ("CO2 data, monthly. Use the `<br>` tag for a break. \n\n"
+                             "```\n<div>kept in a fence</div>\n```")
+
+
 def test_a_table_is_cut_into_groups_of_rows_each_starting_with_the_header_line() -> None:
     groups = documents("sites.csv")
     assert len(groups) > 1
@@ -332,6 +354,43 @@ def test_a_documents_page_label_is_its_cited_page_beside_files_crag_reads_itself
     from llama_index.core.schema import MetadataMode
 
     assert "/reports" not in chunk.get_content(MetadataMode.EMBED)
+
+
+def test_a_pdf_simple_directory_reader_read_as_bytes_is_skipped_and_no_answer_shows_its_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """SimpleDirectoryReader without llama-index-readers-file (crag does not need it) decodes a
+    PDF's bytes as text, and its `filename_as_id` ids are the files' paths."""
+    from llama_index.core import SimpleDirectoryReader
+
+    folder = tmp_path / "shared-drive-5c1e"
+    folder.mkdir()
+    (folder / "handbook.pdf").write_bytes((GOOD / "handbook.pdf").read_bytes())
+    (folder / "valve.txt").write_text("The Zorblat valve opens at 7 bar of pressure.\n")
+    loaded = SimpleDirectoryReader(str(folder), filename_as_id=True).load_data()
+    assert any(d.text.lstrip().startswith("%PDF-") for d in loaded)  # what the docs warn of
+    index = tmp_path / "index"
+    report = crag.ingest(documents=loaded, index_dir=index)
+    assert report.documents == 1
+    assert report.skipped == ["document handbook.pdf: its text is a PDF's raw bytes, not text; the reader "
+                              "that made it cannot read this kind (SimpleDirectoryReader needs "
+                              "llama-index-readers-file for PDFs and Office files), or pass the file's "
+                              "path to crag.ingest, which reads it."]
+    answer = ask(capsys, index, "At what pressure does the Zorblat valve open?")
+    assert answer["sources"][0]["file"] == "valve.txt"
+    assert folder.name not in json.dumps(answer)
+    again = crag.ingest(documents=SimpleDirectoryReader(str(folder), filename_as_id=True).load_data(),
+                        index_dir=index)
+    assert again.documents_unchanged == 1  # the manifest still knows it by the id it was given
+
+
+def test_only_raw_bytes_given_is_one_error_naming_them(tmp_path: Path) -> None:
+    from llama_index.core.schema import Document
+
+    raw = Document(text="%PDF-1.7\n%\u00e2\u00e3\n1 0 obj", id_="scan", metadata={"file_name": "scan.pdf"})
+    with pytest.raises(crag.IngestError, match="document scan.pdf: its text is a PDF's raw bytes"):
+        crag.ingest(documents=[raw], index_dir=tmp_path / "index")
+    assert not (tmp_path / "index").exists()
 
 
 def test_documents_that_are_not_documents_or_nothing_at_all_are_one_clear_error(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from loopback import uvicorn_serving
 
 import crag
 from crag.app.server import build_server
-from crag.app.server.files import headers_for
+from crag.app.server.files import byte_range, headers_for
 from crag.trace import file_id
 
 DATA = Path(__file__).parent / "data" / "documents" / "good"
@@ -161,3 +161,27 @@ def test_served_html_runs_no_script_in_chromium(browser: object, corpus: Path, u
     assert page.evaluate("window.ran") is None
     assert page.evaluate("window.origin") == "null"  # an origin of its own: no key, no cookies
     page.close()
+
+
+def test_one_byte_range_is_served_as_asked_so_a_viewer_opens_a_late_page_first(corpus: Path, url: str) -> None:
+    pdf = (corpus / "docs" / "handbook.pdf").read_bytes()
+    address = url + link(corpus / "docs" / "handbook.pdf")
+    part = httpx.get(address, headers={"Range": "bytes=100-199"})
+    assert (part.status_code, part.content) == (206, pdf[100:200])
+    assert part.headers["content-range"] == f"bytes 100-199/{len(pdf)}"
+    tail = httpx.get(address, headers={"Range": "bytes=-10"})
+    assert (tail.status_code, tail.content) == (206, pdf[-10:])
+    whole = httpx.get(address, headers={"Range": "bytes=0-1,5-9"})  # several: the whole file
+    assert (whole.status_code, whole.content, whole.headers["accept-ranges"]) == (200, pdf, "bytes")
+    past = httpx.get(address, headers={"Range": f"bytes={len(pdf)}-"})
+    assert (past.status_code, past.headers["content-range"]) == (416, f"bytes */{len(pdf)}")
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    (None, None), ("bytes=0-", (0, 999)), ("bytes=10-2000", (10, 999)), ("bytes=-0", None),
+    ("bytes=9-3", None), ("items=0-5", None), ("bytes=", None), ("bytes=-", None),
+])
+def test_a_range_header_is_read_as_the_standard_says(header: str | None, expected: tuple | None) -> None:
+    assert byte_range(header, 1000) == expected
+    with pytest.raises(ValueError, match="range starts at byte 1000, the file has 1000"):
+        byte_range("bytes=1000-", 1000)

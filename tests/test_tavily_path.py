@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from llama_index.core.schema import NodeWithScore
-from loopback import LoopbackServer, Reply, failing, tavily_result, tavily_search
+from loopback import LoopbackServer, Reply, Stall, failing, tavily_result, tavily_search
 
 import crag
 from crag.steps.web_search import TavilySearch
@@ -155,6 +155,20 @@ async def test_a_tavily_outage_during_a_run_degrades_to_internal_knowledge(index
     assert result.verdict is crag.Verdict.INCORRECT
     assert len(result.degraded) == 1
     assert result.degraded[0].startswith("web_search: web search failed (SearchError: Tavily search failed")
+    assert all(s.kind == "internal" for s in result.sources)
+
+
+async def test_a_tavily_that_never_answers_is_ended_by_the_runs_deadline(index_dir):
+    """Its own timeout (20 s an attempt, with retries) would outlast the run's limit: the run's
+    deadline ends the search, and the answer comes from the user's documents, marked."""
+    with LoopbackServer(lambda request: Stall(3600)) as server:
+        workflow = web_workflow(server, index_dir, CRAG_RUN__TIMEOUT="4", CRAG_RUN__FALLBACK_SECONDS="2")
+        result = await workflow.run(query="Who painted the Mona Lisa?")
+
+    assert len(server.requests) == 1
+    assert result.verdict is crag.Verdict.INCORRECT and result.answer.strip()
+    assert result.degraded[0].startswith("web_search: web search failed (DeadlineReached: the run's "
+                                         "deadline ended the web search after ")
     assert all(s.kind == "internal" for s in result.sources)
 
 

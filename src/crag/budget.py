@@ -10,19 +10,25 @@ A run also has a deadline for model calls (`deadline`): its time limit less what
 components need to answer. A call still running then is ended (`DeadlineReached`), its
 retries and backoff included, and a call asked for after it is refused; the offline
 components answer instead, within the run's limit. Without it a model that never stopped
-used up the whole run, and no fallback ever started (issue 31).
+used up the whole run, and no fallback ever started (issue 31). A web search ends by the
+same deadline (`by_deadline`): a search API that stalls costs the run its web results only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from typing import TypeVar
+
 from crag.errors import CragError
+
+T = TypeVar("T")
 
 
 class BudgetReached(CragError):
@@ -123,6 +129,21 @@ _current: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("crag_b
 def current_budget() -> Budget | None:
     """The running question's budget, or None outside a run."""
     return _current.get()
+
+
+async def by_deadline(work: Awaitable[T], what: str) -> T:
+    """`await work`, ended at the running question's deadline with `DeadlineReached` naming
+    `what`; without a deadline (or outside a run), as it comes."""
+    budget = current_budget()
+    left = budget.time_left() if budget is not None else None
+    if left is None:
+        return await work
+    try:
+        return await asyncio.wait_for(work, left)
+    except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
+        if budget.time_left():  # the work's own timeout, not the deadline's
+            raise
+        raise DeadlineReached(f"the run's deadline ended {what} after {left:.1f} s") from None
 
 
 @contextmanager

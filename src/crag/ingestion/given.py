@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,6 +25,31 @@ KEY_PREFIX = "document:"
 # Metadata SimpleDirectoryReader adds that says nothing a reader or a model needs.
 _FILE_KEYS = ("file_path", "file_type", "file_size", "creation_date", "last_modified_date",
               "last_accessed_date", "page_label")
+
+
+# SimpleDirectoryReader without llama-index-readers-file reads a PDF or an Office file as text:
+# its bytes, decoded. Indexed, they answer nothing and crowd out what does.
+_RAW_STARTS = {"%PDF-": "a PDF's raw bytes", "PK\x03\x04": "a zip file's raw bytes (.docx, .pptx, .epub)",
+               "{\\rtf": "an RTF file's raw markup"}
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+
+
+def shown_id(doc_id: str) -> str:
+    """The id answers show for a given document: its own, unless it names a place on disk
+    (SimpleDirectoryReader's `filename_as_id` ids are paths), then a hash of it, as files get."""
+    if ("/" in doc_id or "\\" in doc_id) and not _URL.match(doc_id):
+        return hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return doc_id
+
+
+def raw_bytes(text: str) -> str | None:
+    """What a document's text is instead of text, where it is a file's bytes read as text."""
+    head = text.lstrip()[:4096]
+    for start, what in _RAW_STARTS.items():
+        if head.startswith(start):
+            return what
+    odd = sum(1 for c in head if c == "\ufffd" or (ord(c) < 32 and c not in "\n\r\t\f"))
+    return "binary data" if head and odd / len(head) > 0.05 else None
 
 
 def manifest_key(doc_id: str) -> str:
@@ -57,16 +83,22 @@ def fingerprint(document: Document) -> dict:
     return {"size": len(document.text), "mtime_ns": 0, "sha256": digest.hexdigest()}
 
 
-def prepare(documents: Iterable[object]) -> list[Document]:
-    """The given documents as crag's, those without text left out; an id given twice is an error."""
+def prepare(documents: Iterable[object]) -> tuple[list[Document], list[str]]:
+    """The given documents as crag's, and a line for each left out because its text is a file's
+    raw bytes; those without text are left out too. An id given twice is an error."""
     seen: set[str] = set()
-    out = []
+    out, skipped = [], []
     for document in documents:
         copy = as_crag_document(document)
         if copy.doc_id in seen:
             raise IngestError(f"Document id {copy.doc_id!r} is given twice; ids must be unique "
                               "(SimpleDirectoryReader: pass filename_as_id=True).")
         seen.add(copy.doc_id)
-        if copy.text.strip():
+        name = copy.metadata.get("file_name") or shown_id(copy.doc_id)
+        if (what := raw_bytes(copy.text)) is not None:
+            skipped.append(f"document {name}: its text is {what}, not text; the reader that made it "
+                           "cannot read this kind (SimpleDirectoryReader needs llama-index-readers-file "
+                           "for PDFs and Office files), or pass the file's path to crag.ingest, which reads it.")
+        elif copy.text.strip():
             out.append(copy)
-    return out
+    return out, skipped

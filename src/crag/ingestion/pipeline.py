@@ -23,7 +23,7 @@ from crag.index.store import (
 from crag.ingestion.custom import Reader, UserReader, load_readers
 from crag.ingestion.files import file_digest
 from crag.ingestion.formats import LOCATION_KEYS
-from crag.ingestion.given import fingerprint, manifest_key, prepare
+from crag.ingestion.given import fingerprint, manifest_key, prepare, shown_id
 from crag.ingestion.readers import KINDS, gather_files
 from crag.ingestion.worker import FileReader
 from crag.models import WordLlamaEmbedding
@@ -172,7 +172,7 @@ def _ingest(
         node_parser = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunker = chunker or f"sentence:{chunk_size}:{chunk_overlap}"
     files, passed_over = gather_files([Path(p) for p in paths], readers, reader.limits.symlinks)
-    given_documents = prepare(given or [])  # before anything is read: a bad one fails the call
+    given_documents, given_skipped = prepare(given or [])  # before anything is read: a bad one fails the call
     if len(index) and index.chunker != chunker:
         # Chunks cut two ways would not mix: cut every file again, those ingested before too.
         earlier = [Path(k) for k in index.manifest if Path(k).is_file()]
@@ -188,7 +188,7 @@ def _ingest(
         kinds = KINDS if not readers else f"{KINDS.replace(' or ', ', ')}, {', '.join(readers)}"
         raise IngestError(f"No {kinds} files found in {', '.join(map(str, paths))}.")
 
-    report = IngestReport(skipped=passed_over)
+    report = IngestReport(skipped=[*passed_over, *given_skipped])
     unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
     if summarize is not None:
         unsummarized = {file_id(n.metadata.get("file") or "") for n in index.nodes
@@ -254,6 +254,7 @@ def _ingest(
             report.documents_unchanged += 1
             continue
         doc.metadata["file"] = file_id(key)  # its chunks are replaced when it changes, as a file's are
+        doc.id_ = shown_id(doc.doc_id)  # answers show it; the manifest's key keeps the given id
         doc.excluded_embed_metadata_keys = sorted({*doc.excluded_embed_metadata_keys, *HIDDEN_KEYS})
         doc.excluded_llm_metadata_keys = sorted({*doc.excluded_llm_metadata_keys, *HIDDEN_KEYS})
         documents.append(doc)

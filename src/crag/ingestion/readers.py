@@ -223,11 +223,28 @@ def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
+# Raw HTML in Markdown (a README's badge, a <br>, a comment) is markup: rendered, it shows its
+# inner text or nothing. A datahub README's first chunk was its badge's <a><img src=...> tags,
+# quoted as an answer. Tags in `code spans` and indented code are text, and stay.
+_TAG = re.compile(r"<!--.*?-->|</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>")
+_CODE_SPAN = re.compile(r"(`+).*?\1")
+
+
+def _without_tags(line: str) -> str:
+    """A Markdown line with its raw HTML tags and one-line comments left out."""
+    if line.startswith(("    ", "\t")):
+        return line
+    out, end = [], 0
+    for span in _CODE_SPAN.finditer(line):
+        out += [_TAG.sub("", line[end:span.start()]), span.group()]
+        end = span.end()
+    return "".join([*out, _TAG.sub("", line[end:])])
 
 
 def _markdown_documents(path: Path, text: str) -> Iterator[Document]:
     """One document per section: headings become metadata (the file's title, the section's
-    heading path), never text, so "# Beta" cannot reach an answer as a sentence."""
+    heading path), never text, so "# Beta" cannot reach an answer as a sentence; raw HTML tags
+    outside code are left out."""
     sections: list[tuple[list[str], list[str]]] = [([], [])]
     trail: list[tuple[int, str]] = []  # (level, heading) of the enclosing headings
     fenced = False
@@ -236,7 +253,7 @@ def _markdown_documents(path: Path, text: str) -> Iterator[Document]:
             fenced = not fenced
         heading = None if fenced else _HEADING.match(line)
         if heading is None:
-            sections[-1][1].append(line)
+            sections[-1][1].append(line if fenced else _without_tags(line))
             continue
         level = len(heading.group(1))
         trail = [(lv, h) for lv, h in trail if lv < level] + [(level, heading.group(2).strip())]

@@ -30,7 +30,7 @@ from workflows import Context, step
 from workflows.events import StopEvent
 
 from crag._offload import off_loop
-from crag.budget import current_budget
+from crag.budget import by_deadline, current_budget
 from crag.config import GraderSettings
 from crag.errors import ConfigError
 from crag.events import (
@@ -302,7 +302,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                 return record.emit(WebResultsEvent(query=rewritten.query, results=[]))
             record.search_calls += 1
             try:
-                results = await self.searcher.search(rewritten.search_query)
+                results = await by_deadline(self.searcher.search(rewritten.search_query), "the web search")
             except Exception as exc:  # noqa: BLE001 - a search outage must not lose the run
                 # Ambiguous runs already use internal knowledge; Incorrect ones fall back to it.
                 results = needed.fallback
@@ -386,7 +386,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             with substep(record, f"hop {number}: web_search") as search:
                 search.search_calls += 1
                 try:
-                    results = await self.searcher.search(question)
+                    results = await by_deadline(self.searcher.search(question), "the web search")
                     strips += await self.refiner.refine(question, [r for r in results if about(context_of(r.node.metadata))])
                 except Exception as exc:  # noqa: BLE001 - a search outage costs this hop only
                     search.degraded = record.degraded = f"web search for a hop failed ({describe(exc)})"

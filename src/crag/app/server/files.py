@@ -17,11 +17,16 @@ never sniffed (`nosniff`), and every type but PDF is sandboxed (`Content-Securit
 sandbox`: no script, an origin of its own, nothing fetched). PDF is not, since Chromium's viewer
 will not open in a sandboxed document; its scripts run in the viewer, not in the page. Anything
 else (Word, EPUB, SVG, XML) is sent as an attachment of no particular type, to be saved.
+
+One byte range is served as asked (`Range: bytes=a-b`, 206), so a viewer opens page 300 of a
+large PDF without fetching the whole file first; several ranges get the whole file (200), as
+the standard allows, and a range past the end is a 416.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -48,6 +53,7 @@ SAVED = "application/octet-stream"
 # No script, an opaque origin, no forms or pop-ups; nothing fetched but inline styles and images.
 SANDBOX = "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 BLOCK = 1 << 16
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
@@ -105,6 +111,24 @@ def headers_for(name: str) -> tuple[str, dict[str, str]]:
     return kind or SAVED, headers
 
 
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The one range `header` asks of a file of `size` bytes, as (first, last) inclusive; None
+    for the whole file (no header, several ranges, or one this server does not read). A range
+    that starts past the end raises ValueError (416)."""
+    found = _RANGE.fullmatch((header or "").strip())
+    if found is None or found.group(1) == found.group(2) == "":
+        return None
+    first, last = found.groups()
+    if first == "":  # "bytes=-500": the last 500 bytes
+        return (max(0, size - int(last)), size - 1) if int(last) and size else None
+    if int(first) >= size:
+        raise ValueError(f"range starts at byte {first}, the file has {size}")
+    end = size - 1 if last == "" else min(int(last), size - 1)
+    if end < int(first):
+        return None  # a range that ends before it starts is not a range: the whole file
+    return int(first), end
+
+
 def files_route(served: Callable[[], ChunkIndex | None]) -> Route:
     """The route, serving the files of whatever index `served()` says is served now."""
 
@@ -120,17 +144,29 @@ def files_route(served: Callable[[], ChunkIndex | None]) -> Route:
             return JSONResponse(NOT_FOUND, status_code=404)
         size = os.fstat(opened.fileno()).st_size
         kind, headers = headers_for(path.name)
-        headers["Content-Length"] = str(size)
+        headers["Accept-Ranges"] = "bytes"
+        try:
+            asked = byte_range(request.headers.get("range"), size)
+        except ValueError:
+            opened.close()
+            return Response(status_code=416, headers={"Content-Range": f"bytes */{size}"})
+        first, last = asked or (0, size - 1)
+        status = 200 if asked is None else 206
+        if asked is not None:
+            headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+        headers["Content-Length"] = str(last - first + 1)
 
         async def content() -> AsyncIterator[bytes]:
             try:  # what was opened and checked is what is sent, its size as it was then
-                left = size
+                left = last - first + 1
+                if first:
+                    await off_loop(opened.seek, first)
                 while left > 0 and (block := await off_loop(opened.read, min(BLOCK, left))):
                     left -= len(block)
                     yield block
             finally:
                 opened.close()
 
-        return StreamingResponse(content(), media_type=kind, headers=headers)
+        return StreamingResponse(content(), status_code=status, media_type=kind, headers=headers)
 
     return Route("/files/{file_id}", document, methods=["GET"])

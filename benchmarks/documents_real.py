@@ -1,0 +1,158 @@
+"""crag on the real-world document set (benchmarks/real_documents; `real_set` reads it):
+`python benchmarks/documents.py --real` runs it. Every measure is of crag as shipped:
+
+    sources      the folder ingested with `crag.ingest`, each question asked offline through
+                 `build_workflow` (no keys, no web): first-source-right when the first source
+                 names the question's file and place (page, section, cell, slide, CSV rows),
+                 any-source-right when some source does. Target: first-source-right >= 0.90.
+    misses       each miss told by where the answer was lost, the first stage that fails:
+                 reader (crag's text for that place lacks the answer), chunking (no chunk at that
+                 place holds it whole), retrieval (no chunk from that place reached the grader),
+                 grading (one did, the verdict was "incorrect": with a web search, the run
+                 would have gone to the web), grade order (another chunk was graded higher),
+                 synthesis (graded highest, yet the answer cites another chunk first).
+    files        read, skipped (with crag's one-line reason), and silently empty: a file of the
+                 folder with no chunk in the index and no line saying why. Must be 0.
+    pages/s      reading every PDF in the folder that ingest read (`read_documents`), median of
+                 --runs after one warm-up read, in this process.
+    peak RSS     of `crag ingest` of the folder in a child (`_peak_rss`). Target <= 300 MB.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pypdf
+
+import crag
+from crag.app.cli import PARTIAL
+from crag.config import Settings
+from crag.events import CragResult, Verdict
+from crag.index.store import ChunkIndex
+from crag.ingestion.readers import read_documents
+from crag.trace import Location, file_id
+from crag.workflows.factory import build_workflow
+
+import real_set
+from _peak_rss import INGEST, peak_rss_mb
+from real_set import FILES, Question, names_place, normalise
+
+
+@dataclass
+class Asked:
+    question: Question
+    result: CragResult
+    first_right: bool
+    any_right: bool
+    lost_at: str | None  # None when the first source is right
+
+
+def report(folder: Path, runs: int) -> None:
+    """Print the real-world set's tables (markdown) for docs/measured.md."""
+    wrong = real_set.problems()
+    if wrong:
+        raise SystemExit("the real-world set is not sound:\n  " + "\n  ".join(wrong))
+    index = folder / "real-index"
+    for old in (index, folder / "rss-index"):  # a --keep folder's last run: ingest would skip every file
+        shutil.rmtree(old, ignore_errors=True)
+    ingested = crag.ingest([FILES], index)
+    chunks = ChunkIndex.load(index)
+    asked = ask_all(folder, index, chunks)
+    questions = len(asked)
+    print(f"\n| real-world set: {len(real_set.sources())} files, {questions} questions | share |\n|---|---|")
+    print(f"| first source names the file and place (target ≥ 0.90) | {sum(a.first_right for a in asked) / questions:.3f} |")
+    print(f"| some source names the file and place | {sum(a.any_right for a in asked) / questions:.3f} |")
+    for kind in sorted({a.question.kind for a in asked}):
+        of_kind = [a for a in asked if a.question.kind == kind]
+        print(f"| first source right, {kind} questions ({len(of_kind)}) | "
+              f"{sum(a.first_right for a in of_kind) / len(of_kind):.3f} |")
+    for a in asked:
+        if not a.first_right:
+            first = a.result.sources[0].citation() or a.result.sources[0].title if a.result.sources else "no source"
+            print(f"  miss ({a.lost_at}): {a.question.id} {a.question.where()}: {a.question.question} "
+                  f"-> {first} [{a.result.verdict}]")
+
+    per_file = Counter(node.metadata.get("file") for node in chunks.nodes)
+    said = ingested.skipped + ingested.empty
+    # recorded as read with no chunk, or not recorded at all, and no line saying why
+    silent = [str(p) for p in sorted(FILES.rglob("*")) if p.is_file()
+              and not per_file[file_id(str(p.resolve()))] and not any(str(p) in line for line in said)]
+    print(f"\n| files | count |\n|---|---|\n| read | {ingested.files_read} |")
+    print(f"| skipped, with a reason | {ingested.files_skipped} |\n| empty, with a reason | {ingested.files_empty} |")
+    print(f"| silently empty (must be 0) | {len(silent)} |")
+    for line in said:
+        print(f"  {line.replace(str(FILES) + '/', '')}")
+    for name in silent:
+        print(f"  silent: {name}")
+
+    pdfs = [p for p in sorted(FILES.rglob("*.pdf")) if not any(str(p) in line for line in said)]
+    pages = sum(len(pypdf.PdfReader(p).pages) for p in pdfs)
+    rate = pages / read_seconds(pdfs, runs)
+    # crag ingest exits with PARTIAL when it skipped a file with its reason (the scanned page)
+    rss = peak_rss_mb(INGEST, str(FILES), "--index", str(folder / "rss-index"), ok=(0, PARTIAL))
+    print(f"\n| the folder | figure |\n|---|---|\n| PDFs read (crag read_documents), {pages} pages | {rate:.0f} pages/s |")
+    print(f"| peak RSS, `crag ingest` of the folder (target ≤ 300) | {rss:.0f} MB |")
+
+
+def ask_all(folder: Path, index: Path, chunks: ChunkIndex) -> list[Asked]:
+    (folder / "crag.toml").write_text("")  # the defaults, whatever crag.toml the current folder has
+    settings = Settings.load(config_file=folder / "crag.toml", env={},
+                             index={"path": index}, web_search={"kind": "none"})
+    workflow = build_workflow(settings)
+    out = []
+    for q in real_set.questions():
+        result = workflow.ask(q.question)
+        rights = [names(s.doc_id, s, q) for s in result.sources]
+        first = bool(rights) and rights[0]
+        out.append(Asked(q, result, first, any(rights), None if first else lost_at(q, result, chunks)))
+    return out
+
+
+def names(doc_id: str | None, location: Location, q: Question) -> bool:
+    """Whether a document id and location name the question's file and place; the id leads with
+    the file's id (`crag.ingestion.formats.doc_id`), for every kind, a text file's too."""
+    key = file_id(str(q.path.resolve()))
+    return bool(doc_id) and doc_id.split("#")[0] == key and names_place(location, q)
+
+
+def lost_at(q: Question, result: CragResult, chunks: ChunkIndex) -> str:
+    """The first stage at which the question's answer was lost (see the module's docstring)."""
+    answer = normalise(q.answer)
+    if q.kind == "scanned" or answer not in normalise(place_text(q)):
+        return "reader"
+    here = [n for n in chunks.nodes if names(n.metadata.get("doc_id"), Location(**Location.fields(n.metadata)), q)]
+    if not any(answer in normalise(n.get_content()) for n in here):
+        return "chunking"
+    ids = {n.node_id for n in here}
+    if not ids & {g.chunk_id for g in result.grades}:
+        return "retrieval"
+    if result.verdict is Verdict.INCORRECT:
+        return "grading"
+    return "synthesis" if max(result.grades, key=lambda g: g.score).chunk_id in ids else "grade order"
+
+
+def place_text(q: Question) -> str:
+    """crag's text for the question's place: its reader's documents at that place, joined."""
+    documents = read_documents(q.path)
+    return "\n".join(d.text for d in documents
+                     if names(d.id_, Location(**Location.fields(d.metadata)), q))
+
+
+def read_seconds(paths: list[Path], runs: int) -> float:
+    def read_all() -> None:
+        for path in paths:
+            for _ in read_documents(path):
+                pass
+
+    read_all()  # warm: imports and the page cache
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        read_all()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
