@@ -455,7 +455,7 @@ def report(folder: Path, args: argparse.Namespace) -> None:
         print(f"| {f.path.name} | {ours:.3f} | {theirs:.3f} | {targets.get(f.path.name, '')} |")
 
     tables = ["tables.pdf", "tables.docx"]
-    kinds = {"prose": [f.path.name for f in fixtures if f.path.name not in tables}, **{t: [t] for t in tables}}
+    kinds = {"prose": [f.path.name for f in fixtures if f.path.name not in tables], **{t: [t] for t in tables}}
     cited = citations(fixtures, folder, kinds)
     prose, pdf, docx = cited["prose"], cited["tables.pdf"], cited["tables.docx"]
     print(f"\n| table questions (crag): what is the <column> of <row>? | tables.pdf, {pdf.count} | "
