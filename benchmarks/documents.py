@@ -69,6 +69,7 @@ import pypdf
 import crag
 from crag.app.render.browser import print_pdf
 from crag.config import Settings
+from crag.index.store import ChunkIndex
 from crag.events import Source
 from crag.ingestion.readers import read_documents
 from crag.workflows.factory import build_workflow
@@ -114,7 +115,7 @@ class Fact:
     where: str | None  # the page label or slide number; None for a DOCX
     sentence: str
     question: str
-    row: tuple[str, str] | None = None  # a table's fact: the row's key and the value asked
+    row: tuple[str, str, str] | None = None  # a table's fact: the row's key, the column and value asked
 
 
 @dataclass
@@ -280,7 +281,7 @@ def table_facts(table: Table, file: str, pages: list[str] | None) -> list[Fact]:
         key, value = table.rows[row][0], table.rows[row][column]
         where = None if pages is None else next(str(n) for n, text in enumerate(pages, 1) if key in text)
         question = f"What is the {table.header[column].lower()} of {key}?"
-        facts.append(Fact(file, where, f"{key} {value}.", question, (key, value)))
+        facts.append(Fact(file, where, f"{key} {value}.", question, (key, table.header[column], value)))
     return facts
 
 
@@ -348,6 +349,7 @@ class Citations:
     held: int = 0  # some source's text holds the fact sentence
     held_right: int = 0  # ... and that source names the fact's file and page
     quoted: int = 0  # the answer holds the fact (a table's: the row's key and value on one line)
+    headed: int = 0  # a table's fact: the first source's chunk holds the row and the column's name
     count: int = 0
     misses: list[str] = field(default_factory=list)
 
@@ -361,19 +363,22 @@ def citations(fixtures: list[Fixture], folder: Path, kinds: dict[str, list[str]]
     settings = Settings.load(config_file=folder / "crag.toml", env={},
                              index={"path": index}, web_search={"kind": "none"})
     workflow = build_workflow(settings)
+    chunks = {node.node_id: node.get_content() for node in ChunkIndex.load(index).nodes}
     out = {kind: Citations() for kind in kinds}
     for f in fixtures:
         for fact in f.facts:
             kind = next(kind for kind, files in kinds.items() if f.path.name in files)
-            _ask(workflow, fact, out[kind])
+            _ask(workflow, fact, out[kind], chunks)
     return out
 
 
-def _ask(workflow: object, fact: Fact, out: Citations) -> None:
+def _ask(workflow: object, fact: Fact, out: Citations, chunks: dict[str, str]) -> None:
     result = workflow.ask(fact.question)  # type: ignore[attr-defined]
     sources = result.sources
     out.count += 1
     out.quoted += _holds(result.answer, fact)
+    chunk = chunks.get(sources[0].id, "") if sources else ""
+    out.headed += bool(fact.row) and _holds(chunk, fact) and fact.row[1] in chunk  # type: ignore[index]
     if sources and _names(sources[0], fact):
         out.first_right += 1
     else:
@@ -388,7 +393,7 @@ def _holds(text: str, fact: Fact) -> bool:
     """The fact sentence is in the text; a table's fact: a line holds the row's key and value."""
     if fact.row is None:
         return fact.sentence[:-1] in text
-    key, value = fact.row
+    key, _, value = fact.row
     return any(key in cells and value in cells
                for cells in (re.split(r"[\s|]+", line) for line in text.splitlines()))
 
@@ -462,6 +467,7 @@ def report(folder: Path, args: argparse.Namespace) -> None:
           f"tables.docx, {docx.count} |\n|---|---|---|")
     for label, name in [("first source names the file and page", "first_right"),
                         ("a cited source holds the row (its key and the value on one line)", "held"),
+                        ("the first source's chunk holds the row and the column's name", "headed"),
                         ("the answer holds the row", "quoted")]:
         print(f"| {label} | {getattr(pdf, name) / pdf.count:.3f} | {getattr(docx, name) / docx.count:.3f} |")
     for miss in pdf.misses + docx.misses:

@@ -156,9 +156,11 @@ def _wraps(line: Line, beside: Line, starts: list[float]) -> bool:
 
 def _columns(lines: list[Line]) -> list[float] | None:
     """Where each column starts: the least start of the k-th run over the lines holding the most
-    common count of runs; None where a column's runs do not all start before the next's."""
+    runs that two lines hold (one line may hold a cell cut in two; a row whose tall cell wraps
+    around its centred neighbours holds fewer); None where a column's runs do not all start
+    before the next's."""
     counts = [len(line) for line in lines if len(line) >= 2]
-    common = max(set(counts), key=lambda n: (counts.count(n), n))
+    common = max((n for n in set(counts) if counts.count(n) >= 2), default=max(counts))
     full = [line for line in lines if len(line) == common]
     lows = [min(line[k].x for line in full) for k in range(common)]
     highs = [max(line[k].x for line in full) for k in range(common)]
