@@ -19,6 +19,10 @@ page or slide holding one distinctive fact sentence ("The Varnok relay trips at 
     facts.pdf    20 pages, one fact on each
     prose.docx   python-docx paragraphs, no headings (one fact per three paragraphs)
     slides.pptx  python-pptx text boxes, one fact per slide
+    tables.pdf   four HTML tables printed by Chromium, each under a heading and a paragraph:
+                 numbers (10 rows), text cells that wrap (8), 50 rows over two pages (the
+                 header row in <thead>, which Chromium repeats), nine narrow columns in 8pt
+    tables.docx  the same shapes with other names, as python-docx writes Word tables
 The PDFs are printed by headless Chromium (`crag.app.render.browser.print_pdf`), so their page
 of each fact is known; each fact's page is checked in the PDF's raw text layer.
 
@@ -35,6 +39,11 @@ Measured, for crag's readers (`crag.ingestion.readers.read_documents`) and Llama
                  slide (PPTX); a DOCX has no pages, so its file. Target >= 0.98. Two more
                  rows part the reader from the retriever: how often a cited source holds the
                  fact sentence, and how often that source names the fact's file and page.
+    tables       (crag only) "What is the <column> of <row>?" for 18 cells of each tables
+                 file, asked of the same index: the first source names the file and page;
+                 a cited source holds the row (its key and the value on one line); the first
+                 source's chunk holds the row and the column's name (a chunk of rows without
+                 their header cannot say which number is which); the answer holds the row.
     pages/s      reading a --pages PDF (read_documents against load_data), median of --runs
                  after one warm-up read, in this process.
     peak RSS     of `crag ingest` on a --big-pages PDF (read, chunked, embedded, written), in

@@ -58,7 +58,9 @@ def read_pdf(path: Path, data: bytes) -> Iterator[Document]:
             number += 1
 
 
-def _extract(path: Path, data: bytes) -> tuple[list[str], list[PageTables | None], list[str], str, list[str | None]]:
+def _extract(
+    path: Path, data: bytes
+) -> tuple[list[str], list[PageTables | None], list[str], str, list[str | None]]:
     """Each page's text, each page's tables, each page's label, the document's title, each
     page's outline section."""
     import pypdf

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 KEY_WORDS = 4
 """Most words the median cell of a table's first column may have; prose columns have 6 to 12."""
@@ -50,7 +50,7 @@ class PageTables:
     and the page's text without them."""
 
     text: str
-    tables: list[list[str]] = field(default_factory=list)
+    tables: list[list[str]]
 
 
 class PageRuns:
@@ -77,9 +77,9 @@ class PageRuns:
         found = _tables(_lines(self.runs))
         if not found:
             return None
-        used = {run.index for table in found for line in table for run in line}
+        used = {run.index for table, _ in found for line in table for run in line}
         text = "".join(piece for i, piece in enumerate(self.pieces) if i not in used)
-        return PageTables(_BLANK_LINES.sub("\n", text), [_rows(table) for table in found])
+        return PageTables(_BLANK_LINES.sub("\n", text), [_rows(table, starts) for table, starts in found])
 
 
 Line = list[Run]  # one line's runs, left to right
@@ -96,17 +96,17 @@ def _lines(runs: list[Run]) -> list[Line]:
     return [sorted(line, key=lambda r: r.x) for line in lines]
 
 
-def _tables(region: list[Line]) -> list[list[Line]]:
-    """The tables among a region's lines, each with the wrapped cells' lines just above and
-    below it (those with no first-column run)."""
+def _tables(lines: list[Line]) -> list[tuple[list[Line], list[float]]]:
+    """The tables among the page's lines and where their columns start, each table with the
+    wrapped cells' lines just above and below it (those with no first-column run)."""
     found = []
-    for lo, hi in _blocks(region):
-        starts = _columns(region[lo:hi]) or []
-        while lo > 0 and _wraps(region[lo - 1], region[lo], starts):
+    for lo, hi in _blocks(lines):
+        starts = _columns(lines[lo:hi]) or []
+        while lo > 0 and _wraps(lines[lo - 1], lines[lo], starts):
             lo -= 1
-        while hi < len(region) and _wraps(region[hi], region[hi - 1], starts):
+        while hi < len(lines) and _wraps(lines[hi], lines[hi - 1], starts):
             hi += 1
-        found.append(region[lo:hi])
+        found.append((lines[lo:hi], starts))
     return found
 
 
@@ -182,18 +182,17 @@ def _fits(line: Line, starts: list[float]) -> bool:
     return True
 
 
-def _rows(lines: list[Line]) -> list[str]:
+def _rows(lines: list[Line], starts: list[float]) -> list[str]:
     """Row lines, cells joined by " | ": each line with a first-column run (and the first line)
     starts a row; any other line joins the nearest of those."""
-    starts = _columns(lines) or []
     anchors = [i for i, line in enumerate(lines) if i == 0 or _column(line[0], starts) == 0]
     members: dict[int, list[Line]] = {i: [] for i in anchors}
-    for i, line in enumerate(lines):
+    for line in lines:
         nearest = min(anchors, key=lambda a: (abs(lines[a][0].y - line[0].y), a))
         members[nearest].append(line)
     rows = []
     for anchor in anchors:
-        cells = [[] for _ in starts]
+        cells: list[list[str]] = [[] for _ in starts]
         for line in sorted(members[anchor], key=lambda ln: -ln[0].y):
             for run in line:
                 cells[_column(run, starts)].append(run.text)
