@@ -18,7 +18,9 @@ from crag.ingestion.readers import read_documents
 
 pytestmark = [*BROWSER, pytest.mark.usefixtures("no_config_file")]
 
-STYLE = "table { border-collapse: collapse; } th, td { border: 1px solid #888; padding: 2px 6px; }"
+STYLE = ("table { border-collapse: collapse; } th, td { border: 1px solid #888; padding: 2px 6px; } "
+         ".foot { position: fixed; bottom: 0; width: 100%; display: flex; justify-content: space-between; }")
+FOOTER = '<div class="foot"><span>Lumen Energy</span><span>Spring survey</span></div>'
 PROSE = ("The pumping stations below were inspected in the spring survey, each by a crew of two, "
          "and the figures were read from the plates fixed beside each pump.")
 STAFF = [
@@ -48,10 +50,11 @@ def printed(folder: Path, name: str, body: str, style: str = STYLE) -> Path:
 
 @pytest.fixture(scope="module")
 def survey(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """survey.pdf: page 1 prose and the staff table (cells that wrap); page 2 the stations."""
+    """survey.pdf: page 1 prose and the staff table (cells that wrap); page 2 the stations; a
+    footer of two runs on each page."""
     folder = tmp_path_factory.mktemp("tables")
     (folder / "docs").mkdir()
-    body = (f"<h1>Spring survey</h1><p>{PROSE}</p>{table(STAFF)}"
+    body = (f"{FOOTER}<h1>Spring survey</h1><p>{PROSE}</p>{table(STAFF)}"
             f'<h2 style="page-break-before: always">Stations</h2>{table([HEADER, *STATIONS])}')
     return printed(folder, "survey", body)
 
@@ -61,7 +64,7 @@ def test_a_printed_table_becomes_groups_of_rows_each_led_by_its_header(survey: P
     groups = [d for d in documents if d.text.startswith(" | ".join(HEADER) + "\n")]
     assert len(groups) > 1 and all(d.metadata["page"] == "2" for d in groups)
     rows = [row for d in groups for row in d.text.split("\n\n")[1:]]
-    assert rows == [" | ".join(station) for station in STATIONS]  # each row once, in order
+    assert rows == [" | ".join(station) for station in STATIONS]  # each row once, in order, no footer
     prose = [d for d in documents if PROSE[:40] in d.text]
     assert len(prose) == 1 and "|" not in prose[0].text and STATIONS[0][0] not in prose[0].text
 

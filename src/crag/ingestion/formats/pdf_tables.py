@@ -118,7 +118,8 @@ def _blocks(lines: list[Line]) -> Iterator[tuple[int, int]]:
     for n, i in enumerate(multi):
         # Up to two lines further: a centred header alone puts a column's start too far right
         # until the rows below it bring it back.
-        if lo is not None and not any(_columned(lines[lo:j + 1]) for j in multi[n:n + 3]):
+        if lo is not None and (_apart(lines[last:i + 1])
+                               or not any(_columned(lines[lo:j + 1]) for j in multi[n:n + 3])):
             yield from _table_block(lines, lo, last + 1)
             lo = None
         if lo is None:
@@ -126,6 +127,13 @@ def _blocks(lines: list[Line]) -> Iterator[tuple[int, int]]:
         last = i
     if lo is not None:
         yield from _table_block(lines, lo, last + 1)
+
+
+def _apart(lines: list[Line]) -> bool:
+    """Two lines in a row further apart than three sizes: no table's rows are (a running
+    footer of two runs below a table is not its last row)."""
+    return any(upper[0].y - lower[0].y > 3 * max(upper[0].size, lower[0].size)
+               for upper, lower in zip(lines, lines[1:]))
 
 
 def _columned(lines: list[Line]) -> bool:
