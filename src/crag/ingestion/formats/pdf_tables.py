@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Iterator
+from itertools import pairwise
 from dataclasses import dataclass
 
 KEY_WORDS = 4
@@ -133,7 +134,7 @@ def _apart(lines: list[Line]) -> bool:
     """Two lines in a row further apart than three sizes: no table's rows are (a running
     footer of two runs below a table is not its last row)."""
     return any(upper[0].y - lower[0].y > 3 * max(upper[0].size, lower[0].size)
-               for upper, lower in zip(lines, lines[1:]))
+               for upper, lower in pairwise(lines))
 
 
 def _columned(lines: list[Line]) -> bool:
