@@ -20,6 +20,10 @@ page or slide holding one distinctive fact sentence ("The Varnok relay trips at 
     facts.pdf    20 pages, one fact on each
     prose.docx   python-docx paragraphs, no headings (one fact per three paragraphs)
     slides.pptx  python-pptx text boxes, one fact per slide
+    tables.pdf   four HTML tables printed by Chromium, each under a heading and a paragraph:
+                 numbers (10 rows), text cells that wrap (8), 50 rows over two pages (the
+                 header row in <thead>, which Chromium repeats), nine narrow columns in 8pt
+    tables.docx  the same shapes with other names, as python-docx writes Word tables
 The PDFs are printed by headless Chromium (`crag.app.render.browser.print_pdf`), so their page
 of each fact is known; each fact's page is checked in the PDF's raw text layer.
 
@@ -36,6 +40,11 @@ Measured, for crag's readers (`crag.ingestion.readers.read_documents`) and Llama
                  slide (PPTX); a DOCX has no pages, so its file. Target >= 0.98. Two more
                  rows part the reader from the retriever: how often a cited source holds the
                  fact sentence, and how often that source names the fact's file and page.
+    tables       (crag only) "What is the <column> of <row>?" for 18 cells of each tables
+                 file, asked of the same index: the first source names the file and page;
+                 a cited source holds the row (its key and the value on one line); the first
+                 source's chunk holds the row and the column's name (a chunk of rows without
+                 their header cannot say which number is which); the answer holds the row.
     pages/s      reading a --pages PDF (read_documents against load_data), median of --runs
                  after one warm-up read, in this process.
     peak RSS     of `crag ingest` on a --big-pages PDF (read, chunked, embedded, written), in
@@ -57,9 +66,11 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import statistics
 import tempfile
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from html import escape
@@ -74,6 +85,7 @@ import pypdf
 import crag
 from crag.app.render.browser import print_pdf
 from crag.config import Settings
+from crag.index.store import ChunkIndex
 from crag.events import Source
 from crag.ingestion.readers import read_documents
 from crag.workflows.factory import build_workflow
@@ -120,6 +132,7 @@ class Fact:
     where: str | None  # the page label or slide number; None for a DOCX
     sentence: str
     question: str
+    row: tuple[str, str, str] | None = None  # a table's fact: the row's key, the column and value asked
 
 
 @dataclass
@@ -177,7 +190,9 @@ def make_pdf(folder: Path, name: str, pages: list[list[str]], facts: list[Fact],
     page.write_text(html(pages, **layout), encoding="utf-8")  # type: ignore[arg-type]
     path = print_pdf(page, folder / f"{name}.pdf")
     page.unlink()
-    raw = [" ".join((p.extract_text() or "").split()) for p in pypdf.PdfReader(path).pages]
+    # NFKC: Chromium draws "fi" as its ligature where the font has one (DejaVu does).
+    raw = [" ".join(unicodedata.normalize("NFKC", p.extract_text() or "").split())
+           for p in pypdf.PdfReader(path).pages]
     if len(raw) != len(pages) or any(f.sentence not in raw[int(f.where or 0) - 1] for f in facts):
         raise RuntimeError(f"{path}: a section overflowed its page; shorten the filler")
     if layout.get("running") and not all(HEADER in t and FOOTER in t for t in raw):
@@ -218,9 +233,10 @@ def build(folder: Path, seed: int = 23) -> list[Fixture]:
     fixtures = []
     for name, count, layout in [("one", 8, {}), ("two", 8, {"columns": 2}),
                                 ("running", 8, {"running": True}), ("facts", 20, {})]:
-        pages, facts = sections(rng, used, f"{name}.pdf", count, words=170 if layout.get("columns") else 150)
+        pages, facts = sections(rng, used, f"{name}.pdf", count, words=140 if layout.get("columns") else 150)
         fixtures.append(make_pdf(folder, name, pages, facts, **layout))
-    return [*fixtures, make_docx(folder, rng, used), make_pptx(folder, rng, used)]
+    fixtures += [make_docx(folder, rng, used), make_pptx(folder, rng, used)]
+    return [*fixtures, make_tables_pdf(folder, rng, used), make_tables_docx(folder, rng, used)]
 
 
 def long_pdf(folder: Path, pages: int, seed: int = 7) -> Path:
@@ -230,6 +246,101 @@ def long_pdf(folder: Path, pages: int, seed: int = 7) -> Path:
     page = folder / f"long-{pages}.html"
     page.write_text(html(body, running=True), encoding="utf-8")
     return print_pdf(page, folder / f"long-{pages}.pdf", timeout=600)
+
+
+ROLES = ["Technician", "Operator", "Engineer", "Inspector", "Surveyor", "Electrician"]
+TOWNS = ["Ostrava", "Brno", "Lisbon", "Tromso", "Graz", "Lyon", "Porto", "Aarhus", "Bergen", "Turku"]
+
+
+@dataclass
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    asked: list[tuple[int, int]]  # (row, column) of each question
+    wide: bool = False
+
+
+def tables(rng: random.Random, used: set[str]) -> list[Table]:
+    """Four shapes: numbers, text cells that wrap, 50 rows (two pages), nine narrow columns."""
+    def name() -> str:
+        while (key := "".join(rng.sample(SYLLABLES, 2)).capitalize()) in used:
+            pass
+        used.add(key)
+        return key
+
+    def ask(rows: list[int], columns: list[int]) -> list[tuple[int, int]]:
+        return [(row, rng.choice(columns)) for row in rows]
+
+    stations = [[name(), f"{rng.randint(20, 990) / 10:g}", str(rng.randint(5, 60)), str(rng.randint(11, 450)),
+                 str(rng.randint(1961, 2019))] for _ in range(10)]
+    staff = [[name(), rng.choice(ROLES), rng.choice(TOWNS), filler(rng, rng.randint(10, 24))] for _ in range(8)]
+    meters = [[name(), rng.choice(TOWNS), str(rng.randint(1000, 99999)),
+               f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"] for _ in range(50)]
+    turbines = [[name(), *(str(rng.randint(lo, hi)) for lo, hi in
+                           [(60, 160), (80, 240), (900, 15000), (2, 4), (20, 34), (120, 900), (2, 3), (1995, 2025)])]
+                for _ in range(8)]
+    return [
+        Table("Pump stations", ["Station", "Flow (l/s)", "Head (m)", "Power (kW)", "Commissioned"],
+              stations, ask([0, 3, 6, 9], [1, 2, 3, 4])),
+        Table("Field staff", ["Name", "Role", "Base", "Duty"], staff, ask([1, 3, 5, 7], [1, 2])),
+        Table("Meter readings", ["Meter", "Site", "Reading (kWh)", "Reading date"], meters,
+              ask([2, 11, 23, 31, 40, 48], [1, 2, 3])),
+        Table("Turbines", ["Turbine", "Hub (m)", "Rotor (m)", "Rated (kW)", "Cut-in (m/s)", "Cut-out (m/s)",
+                           "Mass (t)", "Blades", "Year"], turbines, ask([0, 2, 5, 7], list(range(1, 9))), wide=True),
+    ]
+
+
+def table_facts(table: Table, file: str, pages: list[str] | None) -> list[Fact]:
+    """A question "what is the <column> of <row>?" per asked cell; `pages` the PDF's raw text."""
+    facts = []
+    for row, column in table.asked:
+        key, value = table.rows[row][0], table.rows[row][column]
+        where = None if pages is None else next(str(n) for n, text in enumerate(pages, 1) if key in text)
+        question = f"What is the {table.header[column].lower()} of {key}?"
+        facts.append(Fact(file, where, f"{key} {value}.", question, (key, table.header[column], value)))
+    return facts
+
+
+def make_tables_pdf(folder: Path, rng: random.Random, used: set[str]) -> Fixture:
+    """Tables as Chromium prints HTML tables (ruled cells, the header row in <thead>, which
+    Chromium repeats on the next page), each under a heading and a paragraph."""
+    style = ("@page { size: A4; margin: 2cm; } body { font: 11pt/1.4 serif; } table { border-collapse: collapse; } "
+             "th, td { border: 1px solid #888; padding: 2px 6px; } .wide { font-size: 8pt; }")
+    parts, shapes = [], tables(rng, used)
+    for table in shapes:
+        head = "".join(f"<th>{escape(cell)}</th>" for cell in table.header)
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+        parts.append(f"<h2>{table.title}</h2><p>{filler(rng, 40)}</p><table class=\"{'wide' if table.wide else ''}\">"
+                     f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    page = folder / "tables.html"
+    page.write_text(f"<!doctype html><html><head><style>{style}</style></head><body>{''.join(parts)}</body></html>",
+                    encoding="utf-8")
+    path = print_pdf(page, folder / "tables.pdf")
+    page.unlink()
+    raw = [unicodedata.normalize("NFKC", p.extract_text() or "") for p in pypdf.PdfReader(path).pages]
+    facts = [fact for table in shapes for fact in table_facts(table, "tables.pdf", raw)]
+    meters = [fact.where for fact in facts if fact.row and fact.row[0] in {r[0] for r in shapes[2].rows}]
+    if len(set(meters)) < 2:
+        raise RuntimeError(f"{path}: the 50-row table does not span two pages")
+    return Fixture(path, "", facts)
+
+
+def make_tables_docx(folder: Path, rng: random.Random, used: set[str]) -> Fixture:
+    """The same shapes, other names, as python-docx writes Word tables (style Table Grid)."""
+    import docx
+
+    document, shapes = docx.Document(), tables(rng, used)
+    for table in shapes:
+        document.add_heading(table.title, level=2)
+        document.add_paragraph(filler(rng, 40))
+        grid = document.add_table(rows=0, cols=len(table.header), style="Table Grid")
+        for row in [table.header, *table.rows]:
+            for cell, text in zip(grid.add_row().cells, row, strict=True):
+                cell.text = text
+    document.save(folder / "tables.docx")
+    facts = [fact for table in shapes for fact in table_facts(table, "tables.docx", None)]
+    return Fixture(folder / "tables.docx", "", facts)
 
 
 # --- measurements ---------------------------------------------------------------------------
@@ -254,30 +365,54 @@ class Citations:
     first_right: int = 0  # the first source names the fact's file and page
     held: int = 0  # some source's text holds the fact sentence
     held_right: int = 0  # ... and that source names the fact's file and page
+    quoted: int = 0  # the answer holds the fact (a table's: the row's key and value on one line)
+    headed: int = 0  # a table's fact: the first source's chunk holds the row and the column's name
+    count: int = 0
     misses: list[str] = field(default_factory=list)
 
 
-def citations(fixtures: list[Fixture], folder: Path) -> tuple[Citations, int]:
-    """Each fact's question asked of one index holding every fixture; returns the counts."""
+def citations(fixtures: list[Fixture], folder: Path, kinds: dict[str, list[str]]) -> dict[str, Citations]:
+    """Each fact's question asked of one index holding every fixture; returns the counts for
+    each kind of fact, `kinds` naming the files whose facts each kind holds."""
     index = folder / "index"
     crag.ingest([f.path for f in fixtures], index)
     (folder / "crag.toml").write_text("")  # the defaults, whatever crag.toml the current folder has
     settings = Settings.load(config_file=folder / "crag.toml", env={},
                              index={"path": index}, web_search={"kind": "none"})
     workflow = build_workflow(settings)
-    facts = [fact for f in fixtures for fact in f.facts]
-    out = Citations()
-    for fact in facts:
-        sources = workflow.ask(fact.question).sources
-        if sources and _names(sources[0], fact):
-            out.first_right += 1
-        else:
-            got = f"{sources[0].file} {_where(sources[0])}" if sources else "no source"
-            out.misses.append(f"{fact.file} {fact.where}: {fact.question} -> {got}")
-        holding = [s for s in sources if fact.sentence[:-1] in s.text]
-        out.held += bool(holding)
-        out.held_right += bool(holding) and _names(holding[0], fact)
-    return out, len(facts)
+    chunks = {node.node_id: node.get_content() for node in ChunkIndex.load(index).nodes}
+    out = {kind: Citations() for kind in kinds}
+    for f in fixtures:
+        for fact in f.facts:
+            kind = next(kind for kind, files in kinds.items() if f.path.name in files)
+            _ask(workflow, fact, out[kind], chunks)
+    return out
+
+
+def _ask(workflow: object, fact: Fact, out: Citations, chunks: dict[str, str]) -> None:
+    result = workflow.ask(fact.question)  # type: ignore[attr-defined]
+    sources = result.sources
+    out.count += 1
+    out.quoted += _holds(result.answer, fact)
+    chunk = chunks.get(sources[0].id, "") if sources else ""
+    out.headed += bool(fact.row) and _holds(chunk, fact) and fact.row[1] in chunk  # type: ignore[index]
+    if sources and _names(sources[0], fact):
+        out.first_right += 1
+    else:
+        got = f"{sources[0].file} {_where(sources[0])}" if sources else "no source"
+        out.misses.append(f"{fact.file} {fact.where}: {fact.question} -> {got}")
+    holding = [s for s in sources if _holds(s.text, fact)]
+    out.held += bool(holding)
+    out.held_right += bool(holding) and _names(holding[0], fact)
+
+
+def _holds(text: str, fact: Fact) -> bool:
+    """The fact sentence is in the text; a table's fact: a line holds the row's key and value."""
+    if fact.row is None:
+        return fact.sentence[:-1] in text
+    key, _, value = fact.row
+    return any(key in cells and value in cells
+               for cells in (re.split(r"[\s|]+", line) for line in text.splitlines()))
 
 
 def _where(source: Source) -> str | None:
@@ -331,11 +466,24 @@ def report(folder: Path, args: argparse.Namespace) -> None:
     print("| file | crag fidelity | SimpleDirectoryReader fidelity | target |")
     print("|---|---|---|---|")
     targets = {"one.pdf": "≥ 0.98", "two.pdf": "≥ 0.95", "prose.docx": "≥ 0.98"}
-    for f in fixtures:
+    for f in (f for f in fixtures if f.source):  # the tables' questions measure them
         ours, theirs = fidelity(f.source, crag_text(f.path)), fidelity(f.source, llama_text(f.path))
         print(f"| {f.path.name} | {ours:.3f} | {theirs:.3f} | {targets.get(f.path.name, '')} |")
 
-    cited, count = citations(fixtures, folder)
+    tables = ["tables.pdf", "tables.docx"]
+    kinds = {"prose": [f.path.name for f in fixtures if f.path.name not in tables], **{t: [t] for t in tables}}
+    cited = citations(fixtures, folder, kinds)
+    prose, pdf, docx = cited["prose"], cited["tables.pdf"], cited["tables.docx"]
+    print(f"\n| table questions (crag): what is the <column> of <row>? | tables.pdf, {pdf.count} | "
+          f"tables.docx, {docx.count} |\n|---|---|---|")
+    for label, name in [("first source names the file and page", "first_right"),
+                        ("a cited source holds the row (its key and the value on one line)", "held"),
+                        ("the first source's chunk holds the row and the column's name", "headed"),
+                        ("the answer holds the row", "quoted")]:
+        print(f"| {label} | {getattr(pdf, name) / pdf.count:.3f} | {getattr(docx, name) / docx.count:.3f} |")
+    for miss in pdf.misses + docx.misses:
+        print(f"  miss: {miss}")
+    cited, count = prose, prose.count
     print(f"\n| citations (crag), {count} facts | share |\n|---|---|")
     print(f"| first source names the fact's file and page (target ≥ 0.98) | {cited.first_right / count:.3f} |")
     print(f"| a cited source holds the fact sentence | {cited.held / count:.3f} |")

@@ -21,6 +21,8 @@ from llama_index.core.schema import Document
 from crag.errors import IngestError
 from crag.ingestion.formats import doc_id, require_bytes, short_reason
 from crag.ingestion.formats.ocr import no_text_hint, scanned_pages
+from crag.ingestion.formats.pdf_tables import PageRuns, PageTables
+from crag.ingestion.formats.table import row_groups
 
 # pypdf reports what it repairs through logging; with no handler configured Python prints
 # those records on stderr, where each skipped file must be one line and a repair is none.
@@ -31,32 +33,40 @@ _DIGITS = re.compile(r"\d+")
 
 
 def read_pdf(path: Path, data: bytes) -> Iterator[Document]:
-    """One Document per page that has text; `page` is the page's label ("iv", "12"), and
-    `section` the heading path the PDF's outline (its bookmarks) gives the page, where it has one.
-    With the `ocr` extra, a page with no text layer is read from its images (`ocr`: True)."""
+    """One Document per page that has text, and one per group of a table's rows (led by its
+    header, as a CSV's are: `crag.ingestion.formats.pdf_tables`); `page` is the page's label
+    ("iv", "12"), and `section` the heading path the PDF's outline (its bookmarks) gives the
+    page, where it has one. With the `ocr` extra, a page with no text layer is read from its
+    images (`ocr`: True)."""
     require_bytes(path, data, "PDF")
-    pages, labels, title, sections = _extract(path, data)
+    pages, tables, labels, title, sections = _extract(path, data)
     scanned = scanned_pages(path, data, pages)  # the pages with no text layer, read by OCR
-    pages = [scanned.get(index, text) for index, text in enumerate(pages)]
-    if not any(text.strip() for text in pages):
+    pages = [scanned.get(index, found.text if found else text)
+             for index, (text, found) in enumerate(zip(pages, tables, strict=True))]
+    if not any(text.strip() for text in pages) and not any(tables):
         raise IngestError(f"{path} has no text layer (a scanned or image-only PDF); "
                           + no_text_hint(path))
     pages = drop_running_lines([join_hyphenated(text) for text in pages])
     number = 0
     for index, text in enumerate(pages):
-        if not text.strip():
-            continue
         metadata = {"title": title, "file_name": path.name, "page": labels[index]}
         if index in scanned:
             metadata["ocr"] = True
         if sections[index]:
             metadata["section"] = sections[index]
-        yield Document(text=text.strip(), id_=doc_id(path, number), metadata=metadata)
-        number += 1
+        parts = [text.strip()] if text.strip() else []
+        if tables[index]:
+            parts += [group for rows in tables[index].tables for group in row_groups(rows)]
+        for part in parts:
+            yield Document(text=part, id_=doc_id(path, number), metadata=dict(metadata))
+            number += 1
 
 
-def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str, list[str | None]]:
-    """Each page's text, each page's label, the document's title, each page's outline section."""
+def _extract(
+    path: Path, data: bytes
+) -> tuple[list[str], list[PageTables | None], list[str], str, list[str | None]]:
+    """Each page's text, each page's tables, each page's label, the document's title, each
+    page's outline section."""
     import pypdf
     from pypdf.errors import DependencyError, FileNotDecryptedError
 
@@ -67,7 +77,8 @@ def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str, list[s
             if reader.is_encrypted and not _opens_without_password(reader):
                 raise IngestError(f"{path} is encrypted (it needs a password); save a copy "
                                   "without one (e.g. `qpdf --decrypt`) or leave it out.")
-            pages = [_page_text(page) for page in reader.pages]
+            read = [_page_text(page) for page in reader.pages]
+            pages, tables = [text for text, _ in read], [found for _, found in read]
             labels = _labels(reader, len(pages))
             title = _title(reader) or path.stem
             sections = _sections(reader, len(pages))
@@ -84,7 +95,7 @@ def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str, list[s
         reason = short_reason(exc)
         raise IngestError(f"{path} is not a readable PDF (damaged or truncated: {reason}); "
                           "download or export it again.") from None
-    return pages, labels, title, sections
+    return pages, tables, labels, title, sections
 
 
 def _sections(reader: object, count: int) -> list[str | None]:
@@ -119,20 +130,21 @@ def _sections(reader: object, count: int) -> list[str | None]:
     return sections
 
 
-def _page_text(page: object) -> str:
-    """The page's text, its decoded content stream then let go: pypdf keeps every stream it
-    decoded for as long as the reader lives, and a browser's PDF draws each word on its own
-    (~100 kB a page decoded), so a 1,000-page file held ~100 MB of them."""
+def _page_text(page: object) -> tuple[str, PageTables | None]:
+    """The page's text and its tables, its decoded content stream then let go: pypdf keeps
+    every stream it decoded for as long as the reader lives, and a browser's PDF draws each
+    word on its own (~100 kB a page decoded), so a 1,000-page file held ~100 MB of them."""
     from pypdf.generic import ArrayObject
 
-    text = page.extract_text() or ""  # type: ignore[attr-defined]
+    runs = PageRuns()
+    text = page.extract_text(visitor_text=runs) or ""  # type: ignore[attr-defined]
     contents = page.get("/Contents")  # type: ignore[attr-defined]
     contents = contents.get_object() if contents is not None else None
     for stream in contents if isinstance(contents, ArrayObject) else [contents]:
         stream = stream.get_object() if stream is not None else None
         if hasattr(stream, "decoded_self"):  # an EncodedStreamObject; decoded again if asked
             stream.decoded_self = None
-    return text
+    return text, runs.tables()
 
 
 def _opens_without_password(reader: object) -> bool:

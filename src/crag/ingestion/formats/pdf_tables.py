@@ -1,0 +1,209 @@
+"""PDF tables: rows kept as rows, found from where pypdf places each run of text on a page.
+
+pypdf's plain extraction hands its visitor one run of text per stretch it reads without a
+gap, with the run's position: a line of prose is one run, a table's cell is one run (a cell
+that wraps, one run a line). A table is then a block of lines whose runs start in the same
+columns: at least three lines holding two or more runs, the runs of each column starting to
+the right of every run of the column before. This costs no second pass over the page (pypdf's
+layout mode, the other way to see columns, reads the page again). Lines are rows; a line
+with nothing in the first column (a wrapped cell's other lines) joins the nearest line that
+has, as a browser centres a short cell beside a tall one. The first row is the header.
+
+Prose is not a table: a line of one column runs across the next column's start, and the
+lines of a page set in two or three columns are long (their first "cells" have more than
+`KEY_WORDS` words), where a table's first column holds keys: names, dates, numbers.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterator
+from itertools import pairwise
+from dataclasses import dataclass
+
+KEY_WORDS = 4
+"""Most words the median cell of a table's first column may have; prose columns have 6 to 12."""
+CHAR_WIDTH = 0.4
+"""A run's least width a character, in ems: short of any text font's mean (0.45 to 0.55), so a
+cell is never thought wider than it is; a line of prose is wider by far."""
+_BLANK_LINES = re.compile(r"\n\s*\n")
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run of text as pypdf read it, where it starts on the page (points) and its font size."""
+
+    index: int  # its place among the page's runs, newlines included
+    text: str
+    x: float
+    y: float
+    size: float
+
+    @property
+    def least_end(self) -> float:
+        return self.x + CHAR_WIDTH * self.size * len(self.text)
+
+
+@dataclass
+class PageTables:
+    """A page's tables, each a list of row lines (cells joined by " | ", the header first),
+    and the page's text without them."""
+
+    text: str
+    tables: list[list[str]]
+
+
+class PageRuns:
+    """The `visitor_text` given to pypdf's `extract_text`: keeps each run and its place."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.runs: list[Run] = []
+
+    def __call__(self, text: str, cm: list[float], tm: list[float], font: object, size: float) -> None:
+        index = len(self.pieces)
+        self.pieces.append(text)
+        if not text.strip():
+            return
+        # The text matrix times the current transformation matrix places the run on the page.
+        x = tm[4] * cm[0] + tm[5] * cm[2] + cm[4]
+        y = tm[4] * cm[1] + tm[5] * cm[3] + cm[5]
+        scale = abs((tm[0] * cm[0] + tm[1] * cm[2]) * (tm[2] * cm[1] + tm[3] * cm[3])
+                    - (tm[0] * cm[1] + tm[1] * cm[3]) * (tm[2] * cm[0] + tm[3] * cm[2])) ** 0.5
+        self.runs.append(Run(index, " ".join(text.split()), x, y, max(size * scale, 1.0)))
+
+    def tables(self) -> PageTables | None:
+        """The page's tables and its other text; None where it has none."""
+        found = _tables(_lines(self.runs))
+        if not found:
+            return None
+        used = {run.index for table, _ in found for line in table for run in line}
+        text = "".join(piece for i, piece in enumerate(self.pieces) if i not in used)
+        return PageTables(_BLANK_LINES.sub("\n", text), [_rows(table, starts) for table, starts in found])
+
+
+Line = list[Run]  # one line's runs, left to right
+
+
+def _lines(runs: list[Run]) -> list[Line]:
+    """The runs in lines, top to bottom: runs whose baselines lie within a third of a size."""
+    lines: list[Line] = []
+    for run in sorted(runs, key=lambda r: (-r.y, r.x)):
+        if lines and abs(lines[-1][0].y - run.y) <= run.size / 3:
+            lines[-1].append(run)
+        else:
+            lines.append([run])
+    return [sorted(line, key=lambda r: r.x) for line in lines]
+
+
+def _tables(lines: list[Line]) -> list[tuple[list[Line], list[float]]]:
+    """The tables among the page's lines and where their columns start, each table with the
+    wrapped cells' lines just above and below it (those with no first-column run)."""
+    found = []
+    for lo, hi in _blocks(lines):
+        starts = _columns(lines[lo:hi]) or []
+        while lo > 0 and _wraps(lines[lo - 1], lines[lo], starts):
+            lo -= 1
+        while hi < len(lines) and _wraps(lines[hi], lines[hi - 1], starts):
+            hi += 1
+        found.append((lines[lo:hi], starts))
+    return found
+
+
+def _blocks(lines: list[Line]) -> Iterator[tuple[int, int]]:
+    """The tables among lines, as index ranges: each grows from a line of two or more runs to
+    the next such line, with the single lines between, while all keep to columns."""
+    multi = [i for i, line in enumerate(lines) if len(line) >= 2]
+    lo = last = None
+    for n, i in enumerate(multi):
+        # Up to two lines further: a centred header alone puts a column's start too far right
+        # until the rows below it bring it back.
+        if lo is not None and (_apart(lines[last:i + 1])
+                               or not any(_columned(lines[lo:j + 1]) for j in multi[n:n + 3])):
+            yield from _table_block(lines, lo, last + 1)
+            lo = None
+        if lo is None:
+            lo = i
+        last = i
+    if lo is not None:
+        yield from _table_block(lines, lo, last + 1)
+
+
+def _apart(lines: list[Line]) -> bool:
+    """Two lines in a row further apart than three sizes: no table's rows are (a running
+    footer of two runs below a table is not its last row)."""
+    return any(upper[0].y - lower[0].y > 3 * max(upper[0].size, lower[0].size)
+               for upper, lower in pairwise(lines))
+
+
+def _columned(lines: list[Line]) -> bool:
+    starts = _columns(lines)
+    return starts is not None and all(_fits(line, starts) for line in lines)
+
+
+def _table_block(lines: list[Line], lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    """lines[lo:hi] trimmed to its lines of two or more runs, where it is a table: three such
+    lines or more, and keys (few words) in the first column."""
+    multi = [i for i in range(lo, hi) if len(lines[i]) >= 2]
+    if len(multi) < 3:
+        return
+    lo, hi = multi[0], multi[-1] + 1  # single lines about it are told apart by `_wraps`
+    starts = _columns(lines[lo:hi]) or []
+    keys = [" ".join(r.text for r in line if _column(r, starts) == 0) for line in lines[lo:hi]]
+    words = [len(key.split()) for key in keys if key]
+    if words and statistics.median(words) <= KEY_WORDS:
+        yield lo, hi
+
+
+def _wraps(line: Line, beside: Line, starts: list[float]) -> bool:
+    """A single line beside a table that is part of a cell: nothing in the first column, within
+    a line's height and a half, fitting the columns."""
+    return (len(line) == 1 and _column(line[0], starts) > 0 and _fits(line, starts)
+            and abs(line[0].y - beside[0].y) <= 1.5 * line[0].size)
+
+
+def _columns(lines: list[Line]) -> list[float] | None:
+    """Where each column starts: the least start of the k-th run over the lines holding the most
+    runs that two lines hold (one line may hold a cell cut in two; a row whose tall cell wraps
+    around its centred neighbours holds fewer); None where a column's runs do not all start
+    before the next's."""
+    counts = [len(line) for line in lines if len(line) >= 2]
+    common = max((n for n in set(counts) if counts.count(n) >= 2), default=max(counts))
+    full = [line for line in lines if len(line) == common]
+    lows = [min(line[k].x for line in full) for k in range(common)]
+    highs = [max(line[k].x for line in full) for k in range(common)]
+    if any(highs[k] >= lows[k + 1] for k in range(common - 1)):
+        return None
+    return lows
+
+
+def _column(run: Run, starts: list[float]) -> int:
+    return max((k for k, start in enumerate(starts) if start <= run.x + 1.0), default=0)
+
+
+def _fits(line: Line, starts: list[float]) -> bool:
+    """Each run ends before the next column starts (it does not run across it)."""
+    for run in line:
+        column = _column(run, starts)
+        if column + 1 < len(starts) and run.least_end > starts[column + 1] + run.size:
+            return False
+    return True
+
+
+def _rows(lines: list[Line], starts: list[float]) -> list[str]:
+    """Row lines, cells joined by " | ": each line with a first-column run (and the first line)
+    starts a row; any other line joins the nearest of those."""
+    anchors = [i for i, line in enumerate(lines) if i == 0 or _column(line[0], starts) == 0]
+    members: dict[int, list[Line]] = {i: [] for i in anchors}
+    for line in lines:
+        nearest = min(anchors, key=lambda a: (abs(lines[a][0].y - line[0].y), a))
+        members[nearest].append(line)
+    rows = []
+    for anchor in anchors:
+        cells: list[list[str]] = [[] for _ in starts]
+        for line in sorted(members[anchor], key=lambda ln: -ln[0].y):
+            for run in line:
+                cells[_column(run, starts)].append(run.text)
+        rows.append(" | ".join(" ".join(cell) for cell in cells))
+    return rows
