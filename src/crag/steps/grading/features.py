@@ -1,0 +1,135 @@
+"""What the offline evaluator knows about a (question, chunk) pair, as numbers a fitted model weighs.
+
+Every feature is absolute: it reads the question and one chunk (with its title), never the
+other chunks retrieved with it, so when nothing retrieved is about the question every grade
+stays low (the situation CRAG exists for). The corpus enters only through its term statistics.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from crag.text import TermStats, sentences, terms, weighted_coverage, words
+
+# The order is the weights file's order; a new feature needs a refit (`python -m crag.evaluation.fit`).
+NAMES = (
+    "whole",  # IDF-weighted coverage of the question's terms by the chunk and its title
+    "window",  # ... by its best two-sentence window (an answer sits in one place)
+    "strip",  # ... by its best single sentence, without the title: the strip the refiner keeps
+    "phrase",  # share of the question's consecutive term pairs found in the chunk
+    "title",  # ... coverage of the question by the title alone: the passage is about what is asked
+    "named",  # the question names the document (every title word, one of them rare)
+    "entities",  # share of the question's names (capitalised runs) found whole in chunk or title
+    "rare",  # coverage of the question's two rarest terms: a missing rare term is a strong no
+    "absent",  # share of the question's distinct terms the chunk and title lack, unweighted
+    "absent_idf",  # the highest IDF among them, over the corpus's highest: one rare word missing
+    "bm25",  # BM25 of the chunk, divided by the most the question's terms could score
+    "answer_type",  # the best window holds a year / number / new name when asked when / how many / who
+    "length",  # log of the question's distinct content terms: long questions are covered less
+)
+
+_K1 = 1.2  # BM25's saturation, as the index's own BM25 uses
+
+_YEAR = re.compile(
+    r"\b(1\d{3}|20\d{2})s?\b|\b(january|february|march|april|may|june|july|august|"
+    r"september|october|november|december|century)\b",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(
+    r"\b\d[\d,.]*\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|hundred|"
+    r"thousand|million|billion)\b",
+    re.IGNORECASE,
+)
+_CAPITALISED = re.compile(r"\b[A-Z][\w'’-]+")
+_ASKS_WHEN = re.compile(r"\b(when|what year|which year|what century|what decade)\b", re.IGNORECASE)
+_ASKS_AMOUNT = re.compile(
+    r"\bhow (many|much|long|old|far|large|tall|big)\b|\bwhat (percentage|number|amount)\b", re.IGNORECASE
+)
+_ASKS_NAME = re.compile(r"\b(who|whom|whose|where)\b", re.IGNORECASE)
+
+
+class Question:
+    """What every chunk of one question is compared with, computed once per question."""
+
+    def __init__(self, query: str, stats: TermStats) -> None:
+        self.text = query
+        self.terms = _cached_terms(query)
+        self.unique = sorted(set(self.terms))
+        self.pairs = set(zip(self.terms, self.terms[1:]))
+        self.rarest = sorted(self.unique, key=lambda t: (-stats.idf(t), t))[:2]
+        self.names = [frozenset(n) for n in _names(query)]
+        self.words = set(words(query))
+        self.bm25_top = sum(stats.idf(t) * (_K1 + 1) for t in self.unique)
+        self.idf = {t: stats.idf(t) for t in self.unique}
+        self.top_idf = math.log(1.0 + (max(stats.num_docs, 1) + 1) / 0.5)  # a term no chunk has
+
+
+def chunk_features(
+    question: Question, text: str, title: str | None, stats: TermStats, *, named: bool,
+    spans: Sequence[int] | None = None, partial: float = 0.8, min_prefix: int = 4, window: int = 2,
+) -> list[float]:
+    """The `NAMES` features of one chunk, in that order; `title` is what names its subject
+    (title and headings) and `named` whether the question names its document."""
+    if not question.terms:
+        return [0.0] * len(NAMES)
+
+    def cover(wanted: Sequence[str], have: set[str]) -> float:
+        return weighted_coverage(wanted, have, stats, partial=partial, min_prefix=min_prefix)
+
+    title_terms = set(_cached_terms(title)) if title else set()
+    text_terms = terms(text)
+    have = set(text_terms) | title_terms
+    split = sentences(text, spans)
+    sents = [set(terms(s)) for s in split] or [set()]
+    windows = [set().union(*sents[i : i + window]) | title_terms for i in range(len(sents))]
+    window_covers = [cover(question.terms, w) for w in windows]
+    best = int(np.argmax(window_covers))
+    tf = Counter(text_terms)
+    absent = [question.idf[t] for t in question.unique if t not in have]
+    bm25 = sum(stats.idf(t) * tf[t] * (_K1 + 1) / (tf[t] + _K1) for t in question.unique)
+    return [
+        cover(question.terms, have),
+        window_covers[best],
+        max(cover(question.terms, s) for s in sents),
+        len(question.pairs & set(zip(text_terms, text_terms[1:]))) / len(question.pairs) if question.pairs else 0.0,
+        cover(question.terms, title_terms) if title_terms else 0.0,
+        float(named),
+        sum(n <= have for n in question.names) / len(question.names) if question.names else 0.0,
+        cover(question.rarest, have),
+        len(absent) / len(question.unique),
+        max(absent, default=0.0) / question.top_idf,
+        bm25 / question.bm25_top if question.bm25_top else 0.0,
+        _answer_type(question, " ".join(split[best : best + window])),
+        math.log1p(len(question.unique)),
+    ]
+
+
+def _answer_type(question: Question, window: str) -> float:
+    """1 when the window holds a candidate of the type the question asks for, else 0."""
+    if _ASKS_WHEN.search(question.text):
+        return float(bool(_YEAR.search(window)))
+    if _ASKS_AMOUNT.search(question.text):
+        return float(bool(_NUMBER.search(window)))
+    if _ASKS_NAME.search(question.text):
+        return float(any(m.lower() not in question.words for m in _CAPITALISED.findall(window)))
+    return 0.0
+
+
+@lru_cache(maxsize=1024)
+def _names(query: str) -> tuple[tuple[str, ...], ...]:
+    """The terms of each name the question contains (capitalised runs, quoted titles)."""
+    from crag.steps.decomposition import names_in  # the decomposer's notion of a name, shared
+
+    return tuple(t for t in (tuple(terms(n)) for n in names_in(query)) if t)
+
+
+@lru_cache(maxsize=4096)
+def _cached_terms(text: str) -> tuple[str, ...]:
+    """`terms` of a query or title, which every chunk of a run compares against again."""
+    return tuple(terms(text))
