@@ -13,7 +13,7 @@ from crag.evaluation.cascade import band_result, fit_band
 from crag.events import Grade
 from crag.steps.grading import CascadeGrader, decide_verdict
 
-UPPER, LOWER = 0.677, 0.327
+UPPER, LOWER = 0.899, 0.123
 
 
 class TableGrader:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-
+import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from crag import Verdict
+from crag import Settings, Verdict
 from crag.events import Grade
 from crag.steps.grading import LexicalEvaluator, LLMGrader, decide_verdict
+from crag.steps.grading.features import NAMES
+from crag.steps.grading.learned import LogisticModel, shipped_model
 from crag.testing import FakeLLM
 from crag.text import TermStats
 
@@ -71,8 +73,8 @@ def test_a_question_naming_the_document_closes_half_the_gap_to_one() -> None:
 
 async def test_a_title_of_common_words_or_a_namesake_qualifier_is_not_named() -> None:
     evaluator = LexicalEvaluator(WORDS)
-    (common,) = await evaluator.grade(BRIDGE, [titled("The band toured.", "Rock band")])
-    assert common.score == evaluator.score(BRIDGE, "The band toured.", "Rock band")
+    (common,) = evaluator.features(BRIDGE, [titled("The band toured.", "Rock band")])
+    assert common[NAMES.index("named")] == 0.0
     assert not evaluator.names_document(BRIDGE, "Reflektor (film)")
     assert evaluator.names_document(BRIDGE, "Reflektor")
     (album, film) = await evaluator.grade(BRIDGE, [titled(REFLEKTOR, "Reflektor"), titled(NAMESAKE, "Reflektor (film)")])
@@ -106,7 +108,7 @@ async def test_an_unparseable_llm_grade_falls_back_to_the_offline_evaluator() ->
     question = "When was the Eiffel Tower completed?"
     (grade, *_) = await grader.grade(question, chunks(*CORPUS))
     assert grade.grader == "lexical"
-    assert grade.score == evaluator.score(question, CORPUS[0])
+    assert grade.score == (await evaluator.grade(question, chunks(CORPUS[0])))[0].score
     assert "LLM grade unusable" in grade.note and "rather not say" in grade.note
 
 
@@ -117,3 +119,51 @@ async def test_a_failing_llm_call_falls_back_too() -> None:
     grader = LLMGrader(FakeLLM(reply=broken), fallback=LexicalEvaluator(TermStats.from_texts(CORPUS)))
     result = await grader.grade("Eiffel Tower", chunks(*CORPUS))
     assert all(g.grader == "lexical" and "ConnectionError" in g.note for g in result)
+
+
+# --- the learned grade (issue 34): a fitted logistic regression over the evaluator's features
+
+
+async def test_a_chunk_is_graded_by_the_shipped_weights_as_the_probability_it_answers() -> None:
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS))
+    question = "When was the Eiffel Tower completed?"
+    graded = await evaluator.grade(question, chunks(*CORPUS))
+    model = shipped_model()
+    assert evaluator.model == model
+    assert [g.score for g in graded] == [round(float(p), 4) for p in model.predict(evaluator.features(question, chunks(*CORPUS)))]
+    assert graded[0].score >= model.upper > max(g.score for g in graded[1:])
+
+
+async def test_a_learned_grade_is_absolute_whatever_is_retrieved_beside_it() -> None:
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS))
+    question = "When was the Eiffel Tower completed?"
+    alone = [(await evaluator.grade(question, chunks(text)))[0].score for text in CORPUS]
+    together = [g.score for g in await evaluator.grade(question, chunks(*CORPUS))]
+    assert alone == together
+    assert max(together[1:]) < shipped_model().lower  # nothing about the question: Incorrect
+
+
+async def test_hand_set_weights_remain_for_comparison() -> None:
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS), model="hand-set")
+    question = "When was the Eiffel Tower completed?"
+    graded = await evaluator.grade(question, chunks(*CORPUS))
+    assert [g.score for g in graded] == [evaluator.score(question, t) for t in CORPUS]
+
+
+def test_features_are_named_in_the_weights_file_and_the_defaults_are_its_thresholds() -> None:
+    model = shipped_model()
+    assert model.features == NAMES
+    assert (Settings.load(env={}).grader.upper, Settings.load(env={}).grader.lower) == (model.upper, model.lower)
+    assert model.about["cross_validated"], "the file carries the cross-validated figures it was fitted with"
+
+
+def test_weights_for_other_features_are_refused_with_the_command_that_refits_them() -> None:
+    data = shipped_model().to_dict() | {"features": ["whole"], "weights": [1.0]}
+    with pytest.raises(ValueError, match="crag.evaluation.fit"):
+        LogisticModel.from_dict(data)
+
+
+def test_a_question_without_content_words_grades_every_chunk_zero_features() -> None:
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS))
+    assert not evaluator.features("Is it?", chunks(*CORPUS)).any()
+    assert evaluator.features("anything", []).shape == (0, len(NAMES))

@@ -137,9 +137,10 @@ class GraderSettings(_Section):
         "offline evaluator grades, and only chunks scoring inside [band_low, band_high) go to the model; "
         "auto: llm with a model, else lexical.",
     )
-    # Defaults fitted by `crag calibrate` on the three shared dev sets (see README, "Measured").
-    upper: float = Field(0.677, ge=0.0, le=1.0, description="Some chunk >= upper: Correct.")
-    lower: float = Field(0.327, ge=0.0, le=1.0, description="All chunks < lower: Incorrect.")
+    # Fitted with the offline evaluator's weights (`python -m crag.evaluation.fit`, which writes
+    # crag/steps/grading/evaluator.json); `crag calibrate` on the three shared dev sets agrees.
+    upper: float = Field(0.899, ge=0.0, le=1.0, description="Some chunk >= upper: Correct.")
+    lower: float = Field(0.123, ge=0.0, le=1.0, description="All chunks < lower: Incorrect.")
     cover: float = Field(
         0.6, ge=0.0, le=1.0,
         description="Correct also needs the kept chunks to cover this share of the question together.",

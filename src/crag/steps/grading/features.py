@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from crag.text import TermStats, sentences, terms, weighted_coverage, words
+from crag.text import TermStats, sentences, terms, words
 
 # The order is the weights file's order; a new feature needs a refit (`python -m crag.evaluation.fit`).
 NAMES = (
@@ -27,7 +27,7 @@ NAMES = (
     "named",  # the question names the document (every title word, one of them rare)
     "entities",  # share of the question's names (capitalised runs) found whole in chunk or title
     "rare",  # coverage of the question's two rarest terms: a missing rare term is a strong no
-    "absent",  # share of the question's distinct terms the chunk and title lack, unweighted
+    "absent",  # share of the question's distinct terms the chunk and title lack, even by prefix
     "absent_idf",  # the highest IDF among them, over the corpus's highest: one rare word missing
     "bm25",  # BM25 of the chunk, divided by the most the question's terms could score
     "answer_type",  # the best window holds a year / number / new name when asked when / how many / who
@@ -66,7 +66,12 @@ class Question:
         self.names = [frozenset(n) for n in _names(query)]
         self.words = set(words(query))
         self.bm25_top = sum(stats.idf(t) * (_K1 + 1) for t in self.unique)
-        self.idf = {t: stats.idf(t) for t in self.unique}
+        self.idf = np.array([stats.idf(t) for t in self.unique])
+        total = self.idf.sum()
+        # IDF shares: a coverage is credits @ weight, as `crag.text.weighted_coverage` sums it.
+        self.weight = self.idf / total if total else self.idf
+        rare = np.where(np.isin(self.unique, self.rarest), self.idf, 0.0)
+        self.rare_weight = rare / rare.sum() if rare.sum() else rare
         self.top_idf = math.log(1.0 + (max(stats.num_docs, 1) + 1) / 0.5)  # a term no chunk has
 
 
@@ -78,36 +83,66 @@ def chunk_features(
     (title and headings) and `named` whether the question names its document."""
     if not question.terms:
         return [0.0] * len(NAMES)
-
-    def cover(wanted: Sequence[str], have: set[str]) -> float:
-        return weighted_coverage(wanted, have, stats, partial=partial, min_prefix=min_prefix)
-
     title_terms = set(_cached_terms(title)) if title else set()
-    text_terms = terms(text)
-    have = set(text_terms) | title_terms
     split = sentences(text, spans)
-    sents = [set(terms(s)) for s in split] or [set()]
-    windows = [set().union(*sents[i : i + window]) | title_terms for i in range(len(sents))]
-    window_covers = [cover(question.terms, w) for w in windows]
-    best = int(np.argmax(window_covers))
+    per_sentence = [terms(s) for s in split] or [[]]
+    text_terms = [t for sentence in per_sentence for t in sentence]
+    have = set(text_terms) | title_terms
+    related = _related(question.unique, have, min_prefix) if partial else {}
+    # Each question term's credit in each sentence (1 present, `partial` related by prefix),
+    # the title last: a union's credit is the most any of its parts gives, so every coverage
+    # below is a max and a dot product, not a fresh pass over the words.
+    credit = np.array([_credits(question.unique, set(s), related, partial) for s in per_sentence])
+    titled = _credits(question.unique, title_terms, related, partial)
+    weight = question.weight
+    windows = [np.maximum(credit[i : i + window].max(axis=0), titled) for i in range(len(credit))]
+    window_covers = [float(w @ weight) for w in windows]
+    best = max(range(len(windows)), key=window_covers.__getitem__)
+    whole = np.maximum(credit.max(axis=0), titled)
+    absent = question.idf[whole == 0.0]
     tf = Counter(text_terms)
-    absent = [question.idf[t] for t in question.unique if t not in have]
     bm25 = sum(stats.idf(t) * tf[t] * (_K1 + 1) / (tf[t] + _K1) for t in question.unique)
     return [
-        cover(question.terms, have),
-        window_covers[best],
-        max(cover(question.terms, s) for s in sents),
+        float(whole @ weight),
+        float(window_covers[best]),
+        float((credit @ weight).max()),
         len(question.pairs & set(zip(text_terms, text_terms[1:]))) / len(question.pairs) if question.pairs else 0.0,
-        cover(question.terms, title_terms) if title_terms else 0.0,
+        float(titled @ weight),
         float(named),
         sum(n <= have for n in question.names) / len(question.names) if question.names else 0.0,
-        cover(question.rarest, have),
+        float(whole @ question.rare_weight),
         len(absent) / len(question.unique),
-        max(absent, default=0.0) / question.top_idf,
+        float(absent.max(initial=0.0)) / question.top_idf,
         bm25 / question.bm25_top if question.bm25_top else 0.0,
         _answer_type(question, " ".join(split[best : best + window])),
         math.log1p(len(question.unique)),
     ]
+
+
+def _credits(wanted: Sequence[str], have: set[str], related: dict[str, set[str]], partial: float) -> np.ndarray:
+    """Per wanted term: 1 when `have` holds it, `partial` when it holds a term related by
+    prefix (as `crag.text.weighted_coverage` counts it), else 0."""
+    return np.array([1.0 if t in have else partial if related.get(t, _NONE) & have else 0.0 for t in wanted])
+
+
+def _related(wanted: Sequence[str], have: set[str], min_prefix: int) -> dict[str, set[str]]:
+    """The terms of `have` related by prefix to each wanted term it lacks (`crag.text.related_by_prefix`),
+    found once per chunk: each sentence then only intersects sets."""
+    longer: dict[str, set[str]] = {}  # proper prefix -> the terms it begins
+    for term in have:
+        for k in range(min_prefix, len(term)):
+            longer.setdefault(term[:k], set()).add(term)
+    out = {}
+    for t in wanted:
+        if t in have or len(t) < min_prefix:
+            continue
+        found = {t[:k] for k in range(min_prefix, len(t))} & have | longer.get(t, _NONE)
+        if found:
+            out[t] = found
+    return out
+
+
+_NONE: set[str] = set()
 
 
 def _answer_type(question: Question, window: str) -> float:

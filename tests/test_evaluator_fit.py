@@ -1,0 +1,55 @@
+"""The offline evaluator's shipped weights are what `python -m crag.evaluation.fit` fits on the dev sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import SHARED_DATA
+
+from crag.evaluation.fit import Pairs, fit_model, folds, report
+from crag.steps.grading.features import NAMES
+from crag.steps.grading.learned import shipped_model
+
+pytest.importorskip("sklearn", reason="scikit-learn fits the evaluator: pip install 'crag[eval]'")
+
+
+def synthetic(n: int = 400, seed: int = 0) -> Pairs:
+    """Pairs whose first feature decides the label, in 40 articles."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, len(NAMES)))
+    gold = x[:, 0] + 0.2 * rng.standard_normal(n) > 0.8
+    return Pairs(x=x, hand_set=x[:, 1], gold=gold, dataset=np.array(["squad"] * n),
+                 group=np.array([f"squad:a{i % 40}" for i in range(n)]))
+
+
+def test_no_article_is_on_both_sides_of_a_fold() -> None:
+    pairs = synthetic()
+    held = folds(pairs, 5)
+    assert np.array_equal(sum(h.astype(int) for h in held), np.ones(len(pairs.gold), int))  # each pair held out once
+    for h in held:
+        assert not set(pairs.group[h]) & set(pairs.group[~h])
+
+
+def test_the_fitted_weights_apply_to_raw_features_and_the_thresholds_are_ordered() -> None:
+    pairs = synthetic()
+    model = fit_model(pairs.x, pairs.gold)
+    assert model.weights[0] == max(model.weights)  # the deciding feature weighs most
+    assert 0.0 <= model.lower <= model.upper <= 1.0
+    p = model.predict(pairs.x)
+    assert ((p >= model.upper) == pairs.gold).mean() > 0.8
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "squad-dev.jsonl").exists(), reason="shared data not checked out beside the repo")
+def test_the_shipped_weights_are_the_scripts_output_on_the_dev_sets() -> None:
+    from crag.evaluation.fit import collect
+
+    result = report(collect(SHARED_DATA), 5)
+    shipped = shipped_model()
+    fitted = result["model"]
+    assert np.allclose(fitted["weights"], shipped.weights, atol=5e-4) and abs(fitted["bias"] - shipped.bias) < 5e-4
+    assert (fitted["upper"], fitted["lower"]) == (shipped.upper, shipped.lower)
+    for name, figures in result["cross_validated"].items():
+        for grade, measured in figures.items():
+            claimed = shipped.about["cross_validated"][name][grade]
+            assert {k: round(v, 3) for k, v in measured.items()} == {k: round(v, 3) for k, v in claimed.items()}
