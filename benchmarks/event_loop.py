@@ -1,20 +1,24 @@
 """Event-loop responsiveness: 20 offline runs at once on one loop, a 10 ms timer beside them.
 
     python benchmarks/event_loop.py [--chunks 10000] [--runs 20] [--rounds 5]
-        [--executor pool|to_thread] [--workers N] [--switch-interval SECONDS]
+        [--executor pool|to_thread] [--workers N] [--switch-interval SECONDS] [--no-settle-heap]
 
 The index is scale.py's corpus (`make_corpus`: shuffled sentences of the shared dev corpora,
 four per document, one chunk each), ingested once into benchmarks/out/event_loop/<chunks>/ and
 reused. The workflow is `build_workflow` with the offline defaults (hybrid retrieval, lexical
 grader, strip refiner, keyword rewriter, local web search over the sample "web",
-extractive synthesis): everything is loaded before the first run.
+extractive synthesis): everything is loaded before the first run. Then `crag.settle_heap()`,
+as a process that serves runs calls it (`crag serve` does); `--no-settle-heap` leaves the
+garbage collector as `build_workflow` leaves it, as in a notebook.
 
 A task on the same loop asks to wake every 10 ms; its lateness (woken minus asked) is what
 any other request on a server would wait for. Printed for one run and for `--runs` runs
 started together, over `--rounds` rounds, after one untimed run. Then the median wall time of one run and of `--runs`
 runs at once, offline and with a fixed-latency fake model (`crag.testing.FakeLLM`) grading,
 rewriting and synthesizing: with the loop free, the runs' model calls overlap and 20 runs
-take little longer than one.
+take little longer than one. Last, the garbage collector's passes on the loop's thread over
+all of that, by generation, and the CPU time of the full ones: on a busy machine the steadier
+figure.
 
 `--executor to_thread` sends the steps' work to asyncio's default executor (up to cores + 4
 threads) instead of crag's pool of one thread per core, to compare the two.
@@ -24,11 +28,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -90,6 +97,36 @@ async def lateness_during(work: Callable[[], Awaitable[object]]) -> list[float]:
     return late
 
 
+@contextmanager
+def collections_counted(figures: dict[str, float]) -> Iterator[None]:
+    """Count the garbage collector's passes on this thread (the loop's) while the block runs,
+    by generation, and the thread CPU time of the full ones: the loop waits for all of them,
+    and CPU time counts little of what other processes on a busy machine do."""
+    thread = threading.current_thread()
+    passes = [0, 0, 0]
+    full_cpu = [0.0]
+    started = [0.0]
+
+    def note(phase: str, info: dict) -> None:
+        if threading.current_thread() is not thread:
+            return
+        if phase == "start":
+            started[0] = time.thread_time()
+            return
+        passes[info["generation"]] += 1
+        if info["generation"] == 2:
+            full_cpu[0] += time.thread_time() - started[0]
+
+    gc.callbacks.append(note)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(note)
+        for generation, count in enumerate(passes):
+            figures[f"gc_passes_gen{generation}"] = count
+        figures["gc_full_passes_cpu_ms"] = 1000 * full_cpu[0]
+
+
 def describe(late: list[float]) -> tuple[float, float]:
     ms = sorted(x * 1000 for x in late)
     p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else 0.0
@@ -114,6 +151,8 @@ async def main_async(args: argparse.Namespace) -> None:
         rewriter=LLMRewriter(fake),
         synthesizer=LLMSynthesizer(fake),
     )
+    if args.settle_heap:
+        crag.settle_heap()
     asked = questions(args.data, args.runs)
 
     def runs(workflow: object, count: int) -> Callable[[], Awaitable[object]]:
@@ -122,19 +161,23 @@ async def main_async(args: argparse.Namespace) -> None:
     await runs(offline, 1)()  # untimed: first-call costs outside crag (allocators, caches)
     await runs(with_model, 1)()
     figures: dict[str, float] = {}
-    for count, label in ((1, "1_run"), (args.runs, f"{args.runs}_runs")):
-        late: list[float] = []
-        for _ in range(args.rounds):  # one round is a few dozen ticks: too few for a p99
-            late += await lateness_during(runs(offline, count))
-        late_max, late_p99 = describe(late)
-        figures[f"timer_late_max_ms_{label}"] = late_max
-        figures[f"timer_late_p99_ms_{label}"] = late_p99
-    for name, workflow in (("offline", offline), ("fake_model", with_model)):
+    collections: dict[str, float] = {}
+    with collections_counted(collections):
         for count, label in ((1, "1_run"), (args.runs, f"{args.runs}_runs")):
-            times = [await wall(runs(workflow, count)) for _ in range(args.rounds)]
-            figures[f"wall_ms_{label}_{name}"] = 1000 * statistics.median(times)
+            late: list[float] = []
+            for _ in range(args.rounds):  # one round is a few dozen ticks: too few for a p99
+                late += await lateness_during(runs(offline, count))
+            late_max, late_p99 = describe(late)
+            figures[f"timer_late_max_ms_{label}"] = late_max
+            figures[f"timer_late_p99_ms_{label}"] = late_p99
+        for name, workflow in (("offline", offline), ("fake_model", with_model)):
+            for count, label in ((1, "1_run"), (args.runs, f"{args.runs}_runs")):
+                times = [await wall(runs(workflow, count)) for _ in range(args.rounds)]
+                figures[f"wall_ms_{label}_{name}"] = 1000 * statistics.median(times)
+    figures.update(collections)
     print(f"chunks: {len(index)}  executor: {args.executor} ({_offload.WORKERS} workers"
-          f"{'' if args.executor == 'pool' else ', ignored'})  model latency: {MODEL_LATENCY * 1000:.0f} ms")
+          f"{'' if args.executor == 'pool' else ', ignored'})  model latency: {MODEL_LATENCY * 1000:.0f} ms"
+          f"  heap settled: {'yes' if args.settle_heap else 'no'}")
     for key, value in figures.items():
         print(f"{key}: {value:.1f}")
     goal = figures[f"timer_late_max_ms_{args.runs}_runs"]
@@ -150,6 +193,8 @@ def main() -> int:
     parser.add_argument("--executor", choices=("pool", "to_thread"), default="pool")
     parser.add_argument("--workers", type=int, default=_offload.WORKERS, help="threads in crag's pool")
     parser.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval, seconds")
+    parser.add_argument("--no-settle-heap", dest="settle_heap", action="store_false",
+                        help="leave the garbage collector alone, as a library user's process would")
     args = parser.parse_args()
     _offload.WORKERS = args.workers
     if args.switch_interval:

@@ -203,6 +203,7 @@ def serve_bare(config: str, port: int) -> None:
 
     server = WorkflowServer()
     server.add_workflow("crag", crag.build_workflow(settings))
+    crag.settle_heap()  # this process serves runs, as `crag serve`'s does
     asyncio.run(server.serve(host="127.0.0.1", port=port, uvicorn_config={"log_level": "warning"}))
 
 

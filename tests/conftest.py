@@ -71,6 +71,14 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run where no crag.toml is, with no model or search key in the environment."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
 def no_blocking() -> Iterator[BlockBuster]:
     """A blocking call (file I/O, `time.sleep`, a socket, SQLite...) made by crag's code on
     the event loop fails the test. Build workflows before the test body (in a fixture):

@@ -257,7 +257,7 @@ CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 _ids = count(1)
 
 
-def chat_completion(content: str, *, model: str, prompt_text: str = "") -> dict[str, Any]:
+def chat_completion(content: str, *, model: str, prompt_text: str = "", finish_reason: str = "stop") -> dict[str, Any]:
     """A non-streaming `chat.completion` object as OpenAI returns it."""
     prompt_tokens = max(1, len(prompt_text.split()))
     completion_tokens = max(1, len(content.split()))
@@ -272,7 +272,7 @@ def chat_completion(content: str, *, model: str, prompt_text: str = "") -> dict[
                 "index": 0,
                 "message": {"role": "assistant", "content": content, "refusal": None},
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
             }
         ],
         "usage": {
@@ -330,7 +330,9 @@ def openai_chat(
     return handle
 
 
-def stream_chunks(content: str, *, model: str, prompt_text: str = "", usage: bool = True) -> Reply:
+def stream_chunks(
+    content: str, *, model: str, prompt_text: str = "", usage: bool = True, finish_reason: str = "stop"
+) -> Reply:
     """`content` as OpenAI streams it: a role chunk, a chunk per word (with the space before
     it), a finish chunk and, when asked (`stream_options.include_usage`), a usage chunk, then
     `data: [DONE]`; sent in one body."""
@@ -342,9 +344,85 @@ def stream_chunks(content: str, *, model: str, prompt_text: str = "", usage: boo
 
     pieces = re.findall(r"\s*\S+", content) or [content]
     events = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": p}) for p in pieces),
-              chunk({}, "stop"), *([{**head, "choices": [], "usage": whole["usage"]}] if usage else [])]
+              chunk({}, finish_reason), *([{**head, "choices": [], "usage": whole["usage"]}] if usage else [])]
     text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
     return Reply(200, text, headers={"Content-Type": "text/event-stream"})
+
+
+# --- models as they are: the failure modes of real small models (issue 31) ---------------
+
+def as_a_model_server(
+    reply: Callable[[str], str], *, stream_usage: bool = True, one_at_a_time: bool = False,
+    endless: bool = False,
+) -> Handler:
+    """Answers chat completions with `reply(prompt)` as a real server does: the reply is cut at
+    the request's `max_tokens` (a word a token here) with `finish_reason` "length".
+
+    `stream_usage=False`: a stream never carries a usage chunk, even when asked (some servers).
+    `one_at_a_time`: requests are served one after another, as llama.cpp's server does with
+    one slot; `in_flight_peak` on the handler is the most requests that waited at once.
+    `endless`: the reply never ends; without `max_tokens` the server keeps the request open
+    until it shuts down (a model that never stops, as seen from the client).
+    """
+    serving = threading.Lock()
+    waiting = [0, 0]  # now, peak
+    count_lock = threading.Lock()
+
+    def handle(request: Request) -> Answer:
+        if request.method != "POST" or request.path not in CHAT_PATHS:
+            return _openai_error(404, f"no route {request.method} {request.path}")
+        body = request.json or {}
+        limit = body.get("max_tokens")
+        if endless and limit is None:
+            return Stall(3600)
+        with count_lock:
+            waiting[0] += 1
+            waiting[1] = max(waiting)
+        try:
+            if one_at_a_time:
+                with serving:
+                    return _model_reply(reply, request, body, limit, stream_usage)
+            return _model_reply(reply, request, body, limit, stream_usage)
+        finally:
+            with count_lock:
+                waiting[0] -= 1
+
+    handle.in_flight_peak = lambda: waiting[1]  # type: ignore[attr-defined]
+    return handle
+
+
+def _model_reply(reply: Callable[[str], str], request: Request, body: dict, limit: int | None, usage: bool) -> Reply:
+    prompt = message_text(request)
+    content = reply(prompt)
+    pieces = re.findall(r"\s*\S+", content)
+    finish = "stop"
+    if limit is not None and len(pieces) > limit:
+        content, finish = "".join(pieces[:limit]), "length"
+    model = body.get("model", "unknown")
+    if body.get("stream"):
+        asked = bool((body.get("stream_options") or {}).get("include_usage"))
+        return stream_chunks(content, model=model, prompt_text=prompt, usage=asked and usage, finish_reason=finish)
+    return Reply(200, chat_completion(content, model=model, prompt_text=prompt, finish_reason=finish))
+
+
+def never_stops(prompt: str) -> str:
+    """A model that rambles until its length limit (the server's context, without one)."""
+    return " ".join(["and"] * 100_000)
+
+
+def echoes(prompt: str) -> str:
+    """A model that repeats the prompt back."""
+    return prompt
+
+
+def ten(prompt: str) -> str:
+    """A model that answers "10" to everything."""
+    return "10"
+
+
+def prose(prompt: str) -> str:
+    """A model that talks around its number: a real SmolLM2 reply to a grade prompt."""
+    return "The document is irrelevant to 10."
 
 
 # --- Tavily search -----------------------------------------------------------------------

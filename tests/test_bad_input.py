@@ -17,18 +17,12 @@ import pytest
 import crag
 from crag.app.cli import main
 
+pytestmark = pytest.mark.usefixtures("no_config_file")
+
 DOCS = {
     "battery.md": "# Battery\nThe Zephyr drone battery lasts 42 minutes per charge.\n",
     "camera.md": "# Camera\nThe Zephyr camera records 4K video at 60 frames per second.\n",
 }
-
-
-@pytest.fixture(autouse=True)
-def _no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run where no crag.toml is, with no crag settings in the environment."""
-    monkeypatch.chdir(tmp_path)
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
@@ -318,8 +312,9 @@ def test_a_named_pipe_is_refused_not_waited_on(capsys: pytest.CaptureFixture[str
     os.mkfifo(tmp_path / "pipe.txt")
     assert "pipe.txt is not a regular file" in fails(capsys, "ingest", str(tmp_path / "pipe.txt"), "--index", str(index_dir))
     (tmp_path / "docs" / "pipe.md").unlink(missing_ok=True)
-    os.mkfifo(tmp_path / "docs" / "pipe.md")  # inside a folder it is passed over
-    assert main(["ingest", str(tmp_path / "docs"), "--index", str(index_dir), "--quiet"]) == 0
+    os.mkfifo(tmp_path / "docs" / "pipe.md")  # inside a folder it is passed over, with its line
+    assert main(["ingest", str(tmp_path / "docs"), "--index", str(index_dir), "--quiet"]) == 3
+    assert "pipe.md is a named pipe, not a regular file" in capsys.readouterr().err
     assert [n.node_id for n in crag.ChunkIndex.load(index_dir).nodes] == before
 
 
@@ -336,6 +331,14 @@ def test_a_file_without_read_permission_is_named(
             raise PermissionError(13, "Permission denied", str(self))
         return real_open(self, *args, **kwargs)
 
+    real_os_open = os.open
+
+    def refuse_fd(path, flags, *args, **kwargs):  # how crag opens a file to ingest
+        if Path(path).name == "battery.md":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_os_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse_fd)
     monkeypatch.setattr(Path, "open", refuse)
     monkeypatch.setattr(Path, "read_bytes", lambda self: refuse(self, "rb").read())
     monkeypatch.setattr(Path, "read_text", lambda self, encoding=None: refuse(self, encoding=encoding).read())

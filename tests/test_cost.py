@@ -192,6 +192,19 @@ def test_a_call_budget_bounds_a_web_question_which_is_still_answered(
     assert any("budget" in note for note in result["trace"]["notes"])
 
 
+def test_no_speculative_rewrite_when_the_budget_cannot_also_pay_for_grading_and_the_answer(
+    capsys: pytest.CaptureFixture[str], model_env: LoopbackServer, own_sample_index_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 31: a speculative rewrite spent half of a 2-call budget, and its query was not used.
+    With 2 calls and chunks to grade, the grades come first; the rewrite waits for the verdict."""
+    monkeypatch.setenv("CRAG_BUDGET__CALLS", "2")
+    result = _ask_json(capsys, "What warranty does Lumen give on the Helio H10?", "--index", str(own_sample_index_dir))
+    prompts = [message_text(r) for r in model_env.requests_to("/chat/completions")]
+    assert prompts and all(_is_grading(p) for p in prompts), "both calls graded; none rewrote ahead of the verdict"
+    assert result["cost"]["per_step"].get("rewrite") is None
+
+
 def test_the_budget_flag_overrides_the_environment_and_the_last_line_is_the_cost(
     capsys: pytest.CaptureFixture[str], model_env: LoopbackServer, own_sample_index_dir: Path,
     monkeypatch: pytest.MonkeyPatch,

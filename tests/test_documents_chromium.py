@@ -14,7 +14,7 @@ from conftest import BROWSER
 from crag.app.cli import PARTIAL, main
 from crag.app.render.browser import print_pdf
 
-pytestmark = BROWSER
+pytestmark = [*BROWSER, pytest.mark.usefixtures("no_config_file")]
 
 PAGES = [
     "Solar panels on the depot roof were cleaned in spring. The crew washed every row by hand.",
@@ -23,11 +23,6 @@ PAGES = [
     "Snow is brushed off the panels after each storm. Nothing else is done in winter.",
 ]
 DOCX_FACT = "The Brno warehouse forklift batteries are charged overnight at 48 volts."
-
-
-@pytest.fixture(autouse=True)
-def _no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import re
+import subprocess
 import sys
 import threading
 import weakref
@@ -24,6 +25,7 @@ import crag.steps.web_search.local
 import crag.text
 from crag import Settings
 from crag._offload import hold_collection
+from crag.app.cli import main
 from crag.app.mcp_engine import Engine
 from crag.config import PostprocessSettings
 from crag.errors import StepError
@@ -154,25 +156,61 @@ class CountingLLM(FakeLLM):
             self._in_flight[run] -= 1
 
 
-def test_what_a_built_workflow_loaded_is_left_out_of_full_garbage_collections(
-    sample_settings: Settings, monkeypatch: pytest.MonkeyPatch
+def test_building_a_workflow_leaves_the_process_garbage_collector_as_it_was(sample_index_dir: Path) -> None:
+    """The collector's settings are the whole process's (a notebook's, a web app's, a test
+    runner's): a library call leaves them to the process's owner. In a fresh interpreter, so
+    that nothing this test runner did before counts."""
+    code = (
+        "import gc, sys, crag\n"
+        "def state(): return gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()\n"
+        "before = state()\n"
+        "settings = crag.Settings.load(env={}, index={'path': sys.argv[1]}, web_search={'corpus': sys.argv[2]})\n"
+        "crag.build_workflow(settings).ask('What warranty does Lumen give on the Helio H10?')\n"
+        "print(before == state(), before, state())\n"
+    )
+    web = Path(crag.__file__).parent / "sample_data" / "web.jsonl"
+    done = subprocess.run([sys.executable, "-c", code, str(sample_index_dir), str(web)],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("True "), done.stdout
+
+
+@pytest.fixture
+def first_settling(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """As in a process that has not settled its heap yet; this test runner's collector is put
+    back as it was afterwards."""
+    thresholds = gc.get_threshold()
+    gc.unfreeze()
+    monkeypatch.setattr(crag._offload, "_heap_settled", False)
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
+def test_settling_the_heap_leaves_what_a_workflow_loaded_out_of_full_garbage_collections(
+    sample_settings: Settings, first_settling: None
 ) -> None:
     """A full collection runs on the loop's thread and walks every object it tracks: what is
-    loaded for good (the workflow, its components, the imported code) is frozen instead."""
-    gc.unfreeze()
-    monkeypatch.setattr(crag._offload, "_heap_settled", False)  # as in a process's first build
+    loaded for good (the workflow, its components, the imported code) is frozen instead, in
+    a process that chooses it (`crag serve`, `crag ask`, `crag mcp`)."""
     workflow = build_workflow(sample_settings)
+    crag.settle_heap()
     tracked = gc.get_objects()  # every generation the collector walks; frozen objects are not in it
     assert not any(o is workflow or o is workflow.retriever for o in tracked)
     assert gc.get_freeze_count() > len(tracked)  # the bulk of the heap, not a few objects
     assert gc.get_threshold() == crag._offload.SERVING_THRESHOLDS  # and full passes are rarer
 
 
-def test_a_workflow_built_after_the_first_is_collected_once_dropped(sample_settings: Settings) -> None:
-    """Only a process's first workflow is frozen: one replaced later (a server's reload, a
-    notebook cell run again) must not stay in memory, its index with it."""
-    build_workflow(sample_settings)  # the first, if no test built one before
+def test_a_workflow_built_after_the_heap_was_settled_is_collected_once_dropped(
+    sample_settings: Settings, first_settling: None
+) -> None:
+    """Only the first settling freezes: a workflow that replaces the first (a server's reload,
+    a notebook cell run again) must not stay in memory, its index with it."""
+    build_workflow(sample_settings)
+    crag.settle_heap()
     workflow = build_workflow(sample_settings)
+    crag.settle_heap()  # again, as a cell run twice would: it freezes nothing more
     workflow.ask("What warranty does Lumen give on the Helio H10?")
     dropped = weakref.ref(workflow.retriever.index)
     del workflow
@@ -190,12 +228,37 @@ def collection_held() -> Iterator[None]:
         gc.enable()  # whatever the test found, the rest of the suite collects garbage
 
 
-def test_a_collection_held_for_start_up_resumes_once_the_workflow_is_loaded(
+def test_a_collection_held_for_start_up_resumes_once_the_heap_is_settled(
     sample_settings: Settings, collection_held: None
 ) -> None:
     assert not gc.isenabled()
     build_workflow(sample_settings)
+    assert not gc.isenabled()  # building is the library's part; the collector is the owner's
+    crag.settle_heap()
     assert gc.isenabled()
+
+
+def test_crag_ask_turns_the_collector_it_held_for_start_up_back_on(
+    sample_index_dir: Path, first_settling: None
+) -> None:
+    """`main` holds the collector off while `crag ask` loads, and settles the heap after: the
+    command owns its process."""
+    try:
+        question = "What warranty does Lumen give on the Helio H10?"
+        assert main(["ask", question, "--index", str(sample_index_dir), "--quiet"]) == 0
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("owns_process", [False, True])
+async def test_the_mcp_engine_settles_the_heap_only_for_a_process_of_its_own(
+    sample_settings: Settings, first_settling: None, owns_process: bool
+) -> None:
+    engine = Engine(sample_settings)
+    engine.start_loading(settle_heap=owns_process)  # True in `crag mcp`
+    await engine.workflow()
+    assert (gc.get_freeze_count() > 0) is owns_process
 
 
 async def test_a_collection_held_for_start_up_resumes_when_loading_fails(

@@ -323,29 +323,43 @@ async def test_a_component_that_never_returns_is_cancelled_at_the_run_timeout(in
         await finishes(workflow.run(query=QUESTION))  # it never answers: only the timeout ends the run
 
 
-@pytest.mark.parametrize("stalled", ["model server", "tavily"])
-def test_the_cli_cancels_a_stalled_run_at_the_run_timeout_and_says_so_in_one_line(
+def test_a_stalled_model_server_ends_at_the_runs_deadline_and_the_offline_components_answer(
+    index_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The model server never answers within its own timeout (30 s); [run] timeout is 2 s, of
+    which 1 s is kept for the offline components: every model call ends at the deadline, and
+    the run answers with exit 0, saying what the deadline ended (issue 31)."""
+    monkeypatch.chdir(tmp_path)  # no crag.toml
+    with LoopbackServer(lambda request: Stall(30)) as server:
+        env = {"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": "sk-test", "CRAG_LLM__TIMEOUT": "30",
+               "CRAG_LLM__MAX_RETRIES": "0", "CRAG_RUN__TIMEOUT": "2", "CRAG_RUN__FALLBACK_SECONDS": "1"}
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        code = main(["ask", QUESTION, "--index", str(index_dir), "--json", "-q"])
+
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["answer"].strip()
+    degraded = "\n".join(result["degraded"])
+    assert "DeadlineReached" in degraded and "deadline:" in degraded
+    assert len(server.requests) >= 1
+
+
+def test_the_cli_cancels_a_stalled_web_search_at_the_run_timeout_and_says_so_in_one_line(
     index_dir: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    stalled: str,
 ) -> None:
-    """The server never answers within its own timeout (30 s); [run] timeout is 1 s. The
+    """Tavily never answers within its own timeout (30 s); [run] timeout is 1 s. The
     command must end within a few seconds of that, not wait for the stalled call."""
     monkeypatch.chdir(tmp_path)  # no crag.toml
     with LoopbackServer(lambda request: Stall(30)) as server:
-        if stalled == "model server":
-            env = {"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": "sk-test",
-                   "CRAG_LLM__TIMEOUT": "30", "CRAG_LLM__MAX_RETRIES": "0"}
-            question = QUESTION
-        else:
-            env = {"TAVILY_API_KEY": "tvly-test", "CRAG_WEB_SEARCH__BASE_URL": server.url,
-                   "CRAG_WEB_SEARCH__TIMEOUT": "30", "CRAG_WEB_SEARCH__MAX_RETRIES": "0"}
-            question = WEB_QUESTION
+        env = {"TAVILY_API_KEY": "tvly-test", "CRAG_WEB_SEARCH__BASE_URL": server.url,
+               "CRAG_WEB_SEARCH__TIMEOUT": "30", "CRAG_WEB_SEARCH__MAX_RETRIES": "0"}
         for name, value in {**env, "CRAG_RUN__TIMEOUT": "1"}.items():
             monkeypatch.setenv(name, value)
-        code = main(["ask", question, "--index", str(index_dir), "--quiet"])
+        code = main(["ask", WEB_QUESTION, "--index", str(index_dir), "--quiet"])
 
     err = capsys.readouterr().err
     assert code == 2

@@ -121,7 +121,12 @@ async def test_a_malformed_batch_reply_falls_back_to_chunk_by_chunk_and_says_so(
 
 
 def test_batch_replies_are_read_strictly() -> None:
-    assert parse_batch_grades("Here: [10, 2, 0]", 3) == [1.0, 0.2, 0.0]
+    assert parse_batch_grades("[10, 2, 0]", 3) == [1.0, 0.2, 0.0]
+    assert parse_batch_grades("```json\n[10, 2, 0]\n```", 3) == [1.0, 0.2, 0.0]
+    with pytest.raises(GradeParseError, match="not a JSON list alone"):
+        parse_batch_grades("Here: [10, 2, 0]", 3)  # prose around the list
+    with pytest.raises(GradeParseError, match="not a JSON list"):
+        parse_batch_grades("[10, 2, 0] and [1, 1, 1]", 3)
     with pytest.raises(GradeParseError, match="rates 2 documents, not 3"):
         parse_batch_grades("[1, 2]", 3)
     with pytest.raises(GradeParseError, match="True"):

@@ -23,6 +23,9 @@ import crag
 from crag.index import ChunkIndex
 
 pytestmark = pytest.mark.slow
+# Seconds a stage may take before a test gives up: on two cores shared with four CPU burners
+# and other work, starting Python and its imports alone took up to a minute.
+DEADLINE = 300.0
 
 WORDS = (
     "battery camera drone flight charge minutes video storage warranty defect propeller motor "
@@ -51,6 +54,18 @@ def big_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _as_foreground() -> None:
+    """In the child, before `crag` starts: Ctrl-C at its default, as in a terminal's foreground job.
+
+    A command a non-interactive shell starts in the background (`pytest &` beside CPU burners)
+    inherits SIGINT ignored, as POSIX asks, and so would every ingest started from it: Python
+    then installs no KeyboardInterrupt handler, the test's SIGINT is dropped by the kernel and
+    the ingest finishes with 0. A Ctrl-C is typed at a foreground job, whose SIGINT is never
+    ignored.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Ingest:
     """`crag ingest CORPUS --index INDEX` in a child process, its stderr lines collected."""
 
@@ -59,7 +74,7 @@ class Ingest:
         self.started = time.monotonic()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "crag.app.cli", "ingest", str(corpus), "--index", str(index)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_as_foreground,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -69,14 +84,14 @@ class Ingest:
         for line in self.process.stderr:
             self.lines.append(line)
 
-    def wait_for_line(self, prefix: str, timeout: float = 60) -> None:
+    def wait_for_line(self, prefix: str, timeout: float = DEADLINE) -> None:
         deadline = time.monotonic() + timeout
         while not any(line.startswith(prefix) for line in self.lines):
             assert self.process.poll() is None, f"ingest ended before printing {prefix!r}: {self.lines}"
             assert time.monotonic() < deadline, f"no {prefix!r} line in {timeout} s"
             time.sleep(0.005)
 
-    def wait_for_new_version(self, index: Path, timeout: float = 60) -> None:
+    def wait_for_new_version(self, index: Path, timeout: float = DEADLINE) -> None:
         """Until a version is being written inside the index folder (`.vN.tmp-…`)."""
         deadline = time.monotonic() + timeout
         while not half_written(index):
@@ -86,7 +101,7 @@ class Ingest:
 
     def signal(self, signum: int) -> int:
         self.process.send_signal(signum)
-        code = self.process.wait(30)
+        code = self.process.wait(DEADLINE)
         self._reader.join(5)
         return code
 
@@ -122,7 +137,7 @@ def test_killing_ingest_while_it_writes_keeps_the_old_index_and_the_next_ingest_
     assert (loaded == old_ids and half_written(index)) or (loaded[: len(old_ids)] == old_ids and len(loaded) > 1000)
 
     again = Ingest(big_corpus, index)
-    assert again.process.wait(120) == 0, again.lines
+    assert again.process.wait(DEADLINE) == 0, again.lines
     complete = ChunkIndex.load(index)
     assert [n.node_id for n in complete.nodes][: len(old_ids)] == old_ids
     assert {n.metadata["doc_id"] for n in complete.nodes} >= {"doc-0", "doc-1199"}
@@ -146,7 +161,7 @@ def test_killing_ingest_at_random_moments_never_leaves_a_broken_index(old_index,
 def test_ctrl_c_during_ingest_exits_130_and_keeps_the_old_index(old_index, big_corpus) -> None:
     index, old_ids = old_index
     run = Ingest(big_corpus, index)
-    run.wait_for_line("crag: read")
-    assert run.signal(signal.SIGINT) == 130
+    run.wait_for_line("crag: read")  # mid-way: splitting and embedding take seconds more
+    assert run.signal(signal.SIGINT) == 130, run.lines
     assert run.lines[-1] == "crag: interrupted\n" and not any("Traceback" in line for line in run.lines)
     assert_old_index(index, old_ids)

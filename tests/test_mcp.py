@@ -75,7 +75,7 @@ async def test_over_stdio_ask_answers_with_citations_and_reports_progress(
         assert "12-year" in hits[0]["text"] and hits[0]["source"] == "Warranty"
 
         manifest = json.loads((await client.read_resource("crag://index/manifest")).contents[0].text)
-        assert manifest["chunks"] == 4 and any(f.endswith("warranty.md") for f in manifest["files"])
+        assert manifest["chunks"] == 4 and any(f["name"] == "warranty.md" for f in manifest["files"].values())
 
         empty = await client.call_tool("ask", {"question": "   "})
         assert empty.is_error and "empty" in empty.content[0].text  # crag's message, not a bug's
@@ -103,7 +103,7 @@ def test_without_the_sdk_crag_mcp_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "mcp", None)  # as if not installed: find_spec says None
     assert main(["mcp", "--index", str(sample_index_dir)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "pip install 'crag[mcp]'" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "pip install 'crag-workflows[mcp]'" in err and "Traceback" not in err
 
 
 def test_crag_mcp_on_a_missing_index_fails_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ from test_admission import GatedGrader, _server_with, _wait_for
 from test_serve import running
 
 from crag import Settings
+from crag.config import CacheSettings
 
 QUESTION = "What warranty does Lumen give on the Helio H10?"
 KEY = "sk-test-crag-door"
@@ -183,13 +184,15 @@ def test_a_60_kb_non_ascii_conversation_is_read_as_sent(sample_index_dir: Path, 
 
 
 async def test_a_stream_whose_client_goes_away_cancels_its_run(sample_index_dir: Path, tmp_path: Path) -> None:
-    settings = _settings(sample_index_dir, tmp_path / "s.db")
+    settings = _settings(sample_index_dir, tmp_path / "s.db").model_copy(
+        update={"cache": CacheSettings(enabled=False)})  # the gated grader's grades, never read back
     grader = GatedGrader()
     with uvicorn_serving(_server_with(settings, grader).app) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             body = {"model": "crag", "messages": ask(QUESTION), "stream": True}
             async with http.stream("POST", "/v1/chat/completions", json=body) as reply:
-                first = await reply.aiter_lines().__anext__()  # the role chunk: the run has started
+                lines = reply.aiter_lines()  # held: a dropped iterator would close the stream
+                first = await lines.__anext__()  # the role chunk: the run has started
                 handler_id = first.split('"id": "chatcmpl-', 1)[1].split('"', 1)[0]
                 await _wait_for(lambda: grader.inside == 1, seconds=120)
             # the client has gone; the run, held in its grading step, is cancelled and recorded so

@@ -331,7 +331,9 @@ async def test_answer_without_citations_keeps_every_passage_as_a_source(index_di
         ("0", 0.0),
         ("Score: 8/10", 0.8),
         ("7/10.", 0.7),
-        ("I rate it 3 out of 10", 0.3),
+        ("3 out of 10", 0.3),
+        ("**8**", 0.8),
+        ('{"score": 6}', 0.6),
         ("Rating: 9\n", 0.9),
         ("3.5/10", 0.35),
         # A decimal between 0 and 1 is the probability the model meant, not 0.05 of 10.
@@ -353,6 +355,19 @@ def test_parse_grade_reads_ratings_on_a_0_to_10_scale_and_yes_no(reply, score):
 
 @pytest.mark.parametrize("reply", ["banana", "", "   ", "v2", "not sure", "11", "42/10", "2024"])
 def test_parse_grade_rejects_garbage_and_out_of_range_numbers(reply):
+    with pytest.raises(crag.GradeParseError):
+        parse_grade(reply)
+
+
+@pytest.mark.parametrize("reply", [
+    "The document is irrelevant to 10.",  # a real model's reply once read as 1.0 (issue 31)
+    "The battery stores 10 kilowatt-hours.",  # an echo of the document
+    "I rate it 3 out of 10",  # prose around the number
+    "7 or 8",  # several numbers
+    "8\nThe document names the warranty period, 12 years.",
+    "Question: How long is the warranty?\n\nDocument:",
+])
+def test_a_grade_is_only_a_reply_that_is_the_number_asked_for(reply):
     with pytest.raises(crag.GradeParseError):
         parse_grade(reply)
 

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import crag
 import crag.errors
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_all_lists_exactly_the_public_names() -> None:
@@ -44,3 +53,18 @@ def test_every_error_class_is_exported_and_derives_from_crag_error() -> None:
 
 def test_a_verdict_prints_as_its_value() -> None:
     assert str(crag.Verdict.AMBIGUOUS) == "ambiguous" == f"{crag.Verdict.AMBIGUOUS}"
+
+
+def test_every_install_command_names_crags_own_distribution() -> None:
+    """`crag` on PyPI is someone else's project: every `pip install` of an extra that crag
+    prints or documents names the distribution pyproject.toml declares (the import name and
+    the command stay `crag`); `pip install -e ".[mcp]"` in a checkout needs no name."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = "|".join(project["optional-dependencies"])
+    command = re.compile(rf"pip install\s+['\"]?([A-Za-z][\w.-]*)\[(?:{extras})\]")
+    files = [*(ROOT / "src").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md",
+             ROOT / "crag.example.toml"]
+    named = [(path.relative_to(ROOT).as_posix(), name)
+             for path in files for name in command.findall(path.read_text(encoding="utf-8"))]
+    assert len(named) >= 5  # the hints for eval, chroma, mcp and office are all found
+    assert [(path, name) for path, name in named if name != project["name"]] == []

@@ -4,6 +4,7 @@ and cancelling a run that is not running here says what became of it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -22,6 +23,8 @@ from crag.app.server.stores import PostgresRunStore, SqliteRunStore
 from crag.app.server.upkeep import ORPHANED, LiveRuns, Upkeep
 
 POSTGRES_URL = os.environ.get("CRAG_TEST_POSTGRES_URL")
+ANSWER = 60.0  # seconds a reply may take on a busy machine (two cores, four CPU burners)
+SETTLED = 120.0  # seconds until a condition waited for must hold
 
 
 def _handler(handler_id: str, status: str = "running", age: float = 0.0) -> PersistentHandler:
@@ -55,14 +58,17 @@ async def store_and_kind(request: pytest.FixtureRequest, tmp_path: Path):
 
 async def test_runs_no_live_server_claims_are_failed_and_claimed_ones_kept(store_and_kind, tmp_path: Path) -> None:
     store, kind, where = store_and_kind
-    for handler in (_handler("orphan", age=5), _handler("fresh"), _handler("elsewhere", age=5),
-                    _handler("mine", age=5), _handler("done", "completed", age=5)):
+    for handler in (_handler("orphan", age=30), _handler("elsewhere", age=30),
+                    _handler("mine", age=30), _handler("done", "completed", age=30)):
         await store.update(handler)
-    other = _upkeep(store, kind, where, tmp_path)  # another live server, running "elsewhere"
+    # Heartbeats go stale after 3 s: long enough for a busy machine to get from a beat (or a
+    # fresh run) to the sweep, short enough to wait for below.
+    other = _upkeep(store, kind, where, tmp_path, orphan_after=3.0)  # another live server, running "elsewhere"
     other.live.ids.add("run-elsewhere")
     await other.beat()
-    this = _upkeep(store, kind, where, tmp_path)
+    this = _upkeep(store, kind, where, tmp_path, orphan_after=3.0)
     this.live.ids.add("run-mine")
+    await store.update(_handler("fresh"))
 
     await this.beat_and_sweep()
 
@@ -72,9 +78,13 @@ async def test_runs_no_live_server_claims_are_failed_and_claimed_ones_kept(store
     assert found["elsewhere"].status == "running" and found["mine"].status == "running"
     assert found["done"].status == "completed"
 
-    time.sleep(1.1)  # the other server's heartbeat goes stale: it died
-    await this.beat_and_sweep()
-    found = {h.handler_id: h for h in await store.query(HandlerQuery(workflow_name_in=["crag"]))}
+    # The other server beats no more (it died): once its heartbeat is stale, its run is failed.
+    deadline = time.monotonic() + SETTLED
+    while found["elsewhere"].status == "running":
+        assert time.monotonic() < deadline, "the dead server's run stayed running"
+        await asyncio.sleep(0.2)
+        await this.beat_and_sweep()
+        found = {h.handler_id: h for h in await store.query(HandlerQuery(workflow_name_in=["crag"]))}
     assert found["elsewhere"].status == "failed" and found["mine"].status == "running"
 
 
@@ -100,15 +110,13 @@ def test_health_is_503_when_the_sqlite_store_is_locked_and_answers_within_its_li
         locker = sqlite3.connect(db, timeout=0)
         locker.execute("BEGIN EXCLUSIVE")
         try:
-            began = time.monotonic()
-            reply = httpx.get(f"{url}/health", timeout=10)
-            took = time.monotonic() - began
+            # The lock is held until this answers: a probe that waited it out would never answer.
+            reply = httpx.get(f"{url}/health", timeout=ANSWER)
         finally:
             locker.rollback()
             locker.close()
         assert reply.status_code == 503 and "sqlite store" in reply.json()["error"]
-        assert took < 4.0
-        assert httpx.get(f"{url}/health").status_code == 200
+        assert httpx.get(f"{url}/health", timeout=ANSWER).status_code == 200
 
 
 def test_health_is_503_when_the_served_index_is_gone_from_disk(sample_index_dir: Path, tmp_path: Path) -> None:
@@ -135,8 +143,6 @@ def test_cancelling_an_orphaned_run_marks_it_failed_and_says_so(sample_index_dir
     db = tmp_path / "server.db"
     with running(_settings(sample_index_dir, store=str(db), orphan_after=1.0)) as url:
         store = SqliteRunStore(str(db))  # another process's run, left running when it died
-        import asyncio
-
         asyncio.run(store.update(_handler("ghost", age=30)))
         store.close()
         reply = httpx.post(f"{url}/handlers/ghost/cancel")
@@ -169,7 +175,7 @@ def test_a_new_index_version_is_served_without_a_restart(sample_index_dir: Path,
         files_before = httpx.get(f"{url}/health").json()["index"]
         (docs / "zorbulator.md").write_text("# Zorbulator 9000\n\nThe Zorbulator 9000 chassis is teal.\n")
         ingest([docs], index)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + SETTLED
         while True:
             after = _ask(url, question)
             if "zorbulator" in json.dumps(after["sources"]).lower():
@@ -183,8 +189,10 @@ def test_a_new_index_version_is_served_without_a_restart(sample_index_dir: Path,
 
         (index / "CURRENT.tmp").write_text("v999\n")  # a pointer to a version that is not there
         (index / "CURRENT.tmp").replace(index / "CURRENT")
-        time.sleep(2.5)
-        health = httpx.get(f"{url}/health")
+        deadline = time.monotonic() + SETTLED  # the pointer is read by /health's probe and the reloader
+        while (health := httpx.get(f"{url}/health", timeout=ANSWER)).status_code == 200:
+            assert time.monotonic() < deadline, "/health never noticed the missing version"
+            time.sleep(0.2)
         assert health.status_code == 503 and "index" in health.json()["error"]
         assert "zorbulator" in json.dumps(_ask(url, question)["sources"]).lower()  # the last good version serves on
 

@@ -22,6 +22,8 @@ _WHERE = {
     "IngestError": "crag.errors",
     "ModelReplyError": "crag.errors",
     "QueryError": "crag.errors",
+    "QueryRejected": "crag.errors",
+    "ReplyCutOff": "crag.errors",
     "SearchError": "crag.errors",
     "StepError": "crag.errors",
     "TraceError": "crag.errors",
@@ -42,6 +44,7 @@ _WHERE = {
     "CorrectiveRAGWorkflow": "crag.workflows",
     "build_workflow": "crag.workflows.factory",
     "run_sync": "crag._offload",
+    "settle_heap": "crag._offload",
 }
 
 __all__ = [
@@ -59,8 +62,10 @@ __all__ = [
     "IngestError",
     "ModelReplyError",
     "QueryError",
+    "QueryRejected",
     "QueryRewriter",
     "Refiner",
+    "ReplyCutOff",
     "Retriever",
     "SearchError",
     "Settings",
@@ -74,6 +79,7 @@ __all__ = [
     "build_workflow",
     "ingest",
     "run_sync",
+    "settle_heap",
 ]
 
 
@@ -109,7 +115,7 @@ def __dir__() -> list[str]:
 
 
 if _TYPE_CHECKING:
-    from crag._offload import run_sync
+    from crag._offload import run_sync, settle_heap
     from crag.config import Settings
     from crag.errors import (
         ConfigError,
@@ -120,6 +126,8 @@ if _TYPE_CHECKING:
         IngestError,
         ModelReplyError,
         QueryError,
+        QueryRejected,
+        ReplyCutOff,
         SearchError,
         StepError,
         TraceError,

@@ -3,7 +3,8 @@
 `warm_up(*components)` loads what components would otherwise load lazily in a step;
 `off_loop(function, ...)` runs a step's CPU-bound work in a few threads shared by every run;
 `run_sync(start)` runs async work to completion from synchronous code;
-`hold_collection()` and `settle_heap()` keep the garbage collector off what is loaded for good.
+`hold_collection()` and `settle_heap()` keep the garbage collector off what is loaded for good,
+for the processes that choose it (the garbage collector's settings are the whole process's).
 
 Why not `asyncio.to_thread`: its default executor has up to `cores + 4` threads, and more
 Python threads than cores only fight over the GIL, which the event-loop thread then waits
@@ -71,8 +72,8 @@ _collection_held = False
 
 
 def hold_collection() -> None:
-    """Collect no garbage until `settle_heap()`: for a process about to import and load a
-    workflow, as `crag ask`, `crag mcp` and `crag serve` are.
+    """Collect no garbage until `settle_heap()` or `resume_collection()`: for a process about to
+    import and load a workflow, as `crag ask`, `crag mcp` and `crag serve` are.
 
     Start-up makes some 300k objects that live for good, and the collector walked them over and
     over as they came: about a fifth of a cold start (`benchmarks/cold_start.py`). Little of
@@ -84,28 +85,47 @@ def hold_collection() -> None:
         _collection_held = True
 
 
+def resume_collection() -> None:
+    """Turn the collector back on if `hold_collection` turned it off; otherwise do nothing."""
+    global _collection_held
+    if _collection_held:
+        _collection_held = False
+        gc.enable()
+
+
 _heap_settled = False
 SERVING_THRESHOLDS = (10_000, 50, 100)  # gc.set_threshold's, for a process that serves runs
 
 
 def settle_heap() -> None:
-    """The first time in a process: move every object alive now out of the cyclic garbage
-    collector's reach (`gc.freeze`), and make its passes rarer (`SERVING_THRESHOLDS`). Every
-    time: collect again if `hold_collection` had stopped it.
+    """Tune Python's garbage collector for a process that serves runs, once its workflow is built.
 
-    Once the first workflow is loaded, most of the heap is imported code (~150k objects:
+    Process-wide, so the library never calls it (`build_workflow` does not): `crag serve`,
+    `crag ask` and `crag mcp` call it because they own their process, and a web app or a
+    worker of your own may choose to. The first call in a process moves every object alive
+    now out of the cyclic collector's reach (`gc.freeze`) and makes its passes rarer
+    (`gc.set_threshold` with `SERVING_THRESHOLDS`); later calls change nothing. Every call
+    turns the collector back on if `hold_collection` had turned it off.
+
+    Why: once a workflow is loaded, most of the heap is imported code (~150k objects:
     llama-index, pydantic, the engine) that lives as long as the process. A full collection
     walks all of it, and it runs on the event loop's thread: with 20 runs at once it held the
-    loop up to ~100 ms (`benchmarks/event_loop.py`).
+    loop up to ~100 ms, under 20 ms once settled (`benchmarks/event_loop.py`, figures in
+    docs/measured.md).
 
-    Frozen objects are still freed when nothing refers to them, but a frozen reference cycle
-    never is: a workflow is one, so a workflow frozen and later replaced (a server's reload, a
-    notebook cell run again) stays in memory. Hence the first time only: at most that one
-    workflow is kept, and those built after it are collected as usual. The young generations
-    are collected before freezing, when the collector is on (cheap: they are small; while it
-    is held everything is young, and that would be a full pass).
+    The cost: frozen objects are still freed when nothing refers to them, but a frozen
+    reference cycle never is. A workflow is one, so the workflow alive at the first call stays
+    in memory for good, even once replaced (a reload, a notebook cell run again); hence the
+    first call only, and workflows built after it are collected as usual: call it once the
+    workflow you keep is built. The young generations are collected before freezing when the
+    collector is on (cheap: they are small; while it is held everything is young, and that
+    would be a full pass).
+
+    Example:
+        workflow = crag.build_workflow(settings)
+        crag.settle_heap()  # this process serves runs from now on
     """
-    global _collection_held, _heap_settled
+    global _heap_settled
     if not _heap_settled:
         _heap_settled = True
         if gc.isenabled():
@@ -115,9 +135,7 @@ def settle_heap() -> None:
         # caches of strips, sentences and grades, tens of thousands of objects) is walked by
         # every full pass; with the defaults those came every few runs.
         gc.set_threshold(*SERVING_THRESHOLDS)
-    if _collection_held:
-        _collection_held = False
-        gc.enable()
+    resume_collection()
 
 
 def run_sync(start: Callable[[], Awaitable[T]]) -> T:

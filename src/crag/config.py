@@ -75,7 +75,7 @@ class VectorStoreSettings(_Section):
     kind: Literal["embedded", "server"] = Field(
         "embedded",
         description="embedded: exact search over the index's embeddings, no server; "
-        "server: a Chroma server at uri (pip install 'crag[chroma]').",
+        "server: a Chroma server at uri (pip install 'crag-workflows[chroma]').",
     )
     uri: str | None = Field(None, description="Chroma server URL for kind 'server', e.g. http://host:8000.")
     token: SecretStr | None = Field(None, description="Bearer token for the server, if it asks for one.")
@@ -203,10 +203,35 @@ class LLMSettings(_Section):
     context_window: int = 8192
     price_in: float | None = Field(None, ge=0, description="US dollars per million prompt tokens, for the cost record.")
     price_out: float | None = Field(None, ge=0, description="US dollars per million completion tokens.")
+    # Reply-length limits (`max_tokens`) per purpose: a small model that rambles or never stops
+    # costs at most this much, and a structured reply cut at its limit is refused, not read.
+    in_flight: int = Field(
+        64, gt=0,
+        description="Model requests in flight at once, per process (default 64); more wait in crag, their "
+        "timeout not yet running. Set it to the server's parallel slots for a server that serves one or "
+        "two requests at a time (llama.cpp's --parallel, OLLAMA_NUM_PARALLEL): a request queued there "
+        "times out and is sent again.",
+    )
+    max_tokens_grade: int = Field(8, gt=0, description="One grade: a number from 0 to 10.")
+    max_tokens_batch_grade: int = Field(
+        128, gt=0, description="A JSON list of grades, all chunks in one call (about 3 tokens a grade)."
+    )
+    max_tokens_rewrite: int = Field(48, gt=0, description="A web search query.")
+    max_tokens_condense: int = Field(96, gt=0, description="A follow-up rewritten as a standalone question.")
+    max_tokens_decompose: int = Field(160, gt=0, description="A JSON list of sub-questions, or a follow-up query.")
+    max_tokens_answer: int = Field(512, gt=0, description="The cited answer.")
+    max_tokens: int = Field(
+        2048, gt=0, description="Any other call (reranking, document choice, ingest's propositions and summaries)."
+    )
 
     @property
     def configured(self) -> bool:
         return bool(self.api_key or self.base_url)
+
+    @property
+    def local(self) -> bool:
+        """The model is served from this machine (a loopback `base_url`): often one request at a time."""
+        return self.base_url is not None and is_local_url(self.base_url)
 
 
 class BudgetSettings(_Section):
@@ -230,6 +255,12 @@ class CacheSettings(_Section):
 
 class RunSettings(_Section):
     timeout: float = Field(120.0, gt=0, description="Seconds before a whole run is cancelled.")
+    fallback_seconds: float = Field(
+        10.0, gt=0,
+        description="Seconds of each run kept for the offline components: every model call (its "
+        "retries and backoff included) ends by the run's deadline, `timeout` less this (at most "
+        "half the timeout), so a model that hangs or never stops still leaves time to answer.",
+    )
 
 
 class ServerSettings(_Section):
@@ -261,7 +292,23 @@ class ServerSettings(_Section):
 
 
 class IngestSettings(_Section):
-    """`crag ingest`: readers for more file types."""
+    """`crag ingest`: readers for more file types, which links it follows, and the limits on
+    reading one file (a file past one is skipped with its reason; the ingest goes on)."""
+
+    symlinks: Literal["skip", "inside"] = Field(
+        "skip",
+        description="Links met inside a folder being ingested: skip (each named on one line), or "
+        "inside: follow those whose target lies inside that folder. A path you name yourself is read.",
+    )
+    max_file_mb: float = Field(256.0, gt=0, description="Largest file read, as it lies on disk.")
+    max_unpacked_mb: float = Field(
+        200.0, gt=0, description="Bytes unpacked from one .docx, .epub or .pptx (its members together), counted as they stream."
+    )
+    max_text_mb: float = Field(32.0, gt=0, description="Text taken from one file (millions of characters).")
+    max_seconds: float = Field(120.0, gt=0, description="Time one file's reader may take; past it the reader is stopped.")
+    max_memory_mb: float = Field(
+        512.0, gt=0, description="Memory one file's reader may take, beyond what its process starts with."
+    )
 
     readers: dict[str, str] = Field(
         default_factory=dict,
@@ -323,6 +370,20 @@ class Settings(_Section):
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
             raise ConfigError(f"Invalid crag settings: {problems}") from None
+
+
+def is_local_url(url: str) -> bool:
+    """True for an address on this machine: localhost, a loopback IP, or 0.0.0.0."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url if "//" in url else f"//{url}").hostname or "").lower()
+    if host in ("localhost", "0.0.0.0") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _read_toml(config_file: str | Path | None) -> dict[str, Any]:

@@ -80,6 +80,14 @@ class ModelReplyError(CragError):
     """A language model's server answered, but not with a usable chat completion."""
 
 
+class ReplyCutOff(ModelReplyError):
+    """A model's reply was cut at its length limit (`finish_reason` "length"): not read as a grade or JSON."""
+
+
+class QueryRejected(CragError):
+    """A query the model wrote (a rewrite, a standalone follow-up, a sub-question) failed the sanity checks."""
+
+
 _secrets: set[str] = set()
 _secrets_lock = threading.Lock()
 # OpenAI-style (sk-..., sk-proj-...), Tavily (tvly-...) keys, and bearer tokens.

@@ -10,6 +10,7 @@ import math
 import os
 import re
 import threading
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,25 @@ def _stemmer() -> Stemmer.Stemmer:
     if _local.stemmer is None:
         _local.stemmer = Stemmer.Stemmer("english")
     return _local.stemmer
+
+
+# Invisible in print, but they split a word for every comparison: a soft hyphen (U+00AD) where a
+# word may break, a zero-width space (U+200B), a byte-order mark inside the text (U+FEFF).
+_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\ufeff"))
+
+
+def as_typed(text: str) -> str:
+    """`text` as people type it: Unicode NFKC (ligatures "ﬃ" -> "ffi", full-width "Ｈ１０" ->
+    "H10", a non-breaking space -> a space) without soft hyphens and zero-width spaces.
+
+    Ingest applies it to every document's text and a question passes through it
+    (`check_query`), so a word typed in a question is the word the index holds: PDFs set in
+    TeX or by Word keep "ﬀ" and "ﬁ" as single characters, which no one types.
+    """
+    if text.isascii():  # most text: nothing to do, and no copy
+        return text
+    text = text.translate(_INVISIBLE)
+    return text if unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
 
 
 def words(text: str) -> list[str]:

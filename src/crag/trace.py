@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -24,7 +25,7 @@ from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMCompletionEndEvent
 from pydantic import BaseModel, Field
 
-from crag.cost import call_tokens, messages_text
+from crag.cost import call_tokens, count_tokens, messages_text
 
 E = TypeVar("E")
 
@@ -66,6 +67,11 @@ class StepRecord(BaseModel):
         for child in self.substeps:
             yield from child.walk()
 
+    def degrade(self, message: str) -> None:
+        """Add `message` to what degraded in this step, after what is there (one step may fall
+        back more than once: a batch grade, then some chunks' grades)."""
+        self.degraded = f"{self.degraded}; {message}" if self.degraded else message
+
     def emit(self, event: E) -> E:
         """Note that this step emits `event`, and return it."""
         self.output_events.append(type(event).__name__)
@@ -94,9 +100,15 @@ class StripLine(BaseModel):
     url: str | None = None
 
 
+_FILE_ID = re.compile(r"[0-9a-f]{16}")
+
+
 def file_id(key: str) -> str:
-    """A file's id from its key in the index's manifest (its absolute path): what a link names,
-    without showing where the file lives."""
+    """A file's id from its key in the index's manifest (its absolute path): what a link, a
+    document's id and a chunk's `file` name, without showing where the file lives. An id is
+    its own id: chunks ingested since issue 33 hold it, older ones the path."""
+    if _FILE_ID.fullmatch(key):
+        return key
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
@@ -120,7 +132,7 @@ class Location(BaseModel):
                  if metadata.get(key) not in (None, "")}
         if metadata.get("file_name"):
             found["file"] = metadata["file_name"]
-            if metadata.get("file"):  # the file's manifest key: the path, never shown
+            if metadata.get("file"):  # the file's id (its manifest key, the path, in older indexes)
                 found["file_id"] = file_id(metadata["file"])
         if "page" in found:
             found["page"] = str(found["page"])
@@ -257,7 +269,18 @@ def note_degraded(message: str) -> None:
     """
     record = _current_step.get()
     if record is not None:
-        record.degraded = f"{record.degraded}; {message}" if record.degraded else message
+        record.degrade(message)
+
+
+def note_unfinished_call(prompt: str) -> None:
+    """Count a model call that ended without a reply (the run's deadline ended it, the server
+    failed) on the running step: it was sent, so it costs; its prompt tokens are counted here,
+    as the server reported none (no-op outside a step)."""
+    record = _current_step.get()
+    if record is not None:
+        record.llm_calls += 1
+        record.prompt_tokens += count_tokens(prompt)
+        record.estimated_tokens = True
 
 
 def note_cache_hits(count: int) -> None:

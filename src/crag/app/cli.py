@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.func in (_ask, _mcp, _serve):
         from crag._offload import hold_collection
 
-        hold_collection()  # until the workflow is loaded (`settle_heap`): a fifth of a cold start
+        # Until the workflow is loaded (`settle_heap`): a fifth of a cold start. These commands
+        # own their process, so they tune its collector; `build_workflow` never does.
+        hold_collection()
     from workflows.errors import WorkflowTimeoutError
 
     from crag.errors import CragError
@@ -141,7 +143,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("mcp", help="serve the workflow to MCP clients (Claude Desktop, VS Code) over stdio",
                        description="A Model Context Protocol server on stdin/stdout: tools ask and "
-                       "search, the index manifest and run traces as resources. Needs crag[mcp].")
+                       "search, the index manifest and run traces as resources. "
+                       "Needs crag-workflows[mcp].")
     p.add_argument("--index", type=Path)
     p.add_argument("--web-corpus", type=Path, help="folder or .jsonl searched as the web (offline)")
     p.add_argument("--allow-ingest", action="store_true",
@@ -191,12 +194,15 @@ def _ingest(args: argparse.Namespace) -> int:
         report = ingest_with_settings(args.paths, settings, progress)
     for reason in report.skipped:
         _say(f"crag: skipped: {reason}")
+    for reason in report.empty:
+        _say(f"crag: empty: {reason}")
     skipped = f", {report.files_skipped} skipped" if report.skipped else ""
+    empty = f", {report.files_empty} empty" if report.empty else ""
     print(
-        f"{report.files_read} file(s) read, {report.files_unchanged} unchanged{skipped}, "
+        f"{report.files_read} file(s) read, {report.files_unchanged} unchanged{skipped}{empty}, "
         f"{report.chunks_added} chunk(s) added; {report.chunks_total} chunk(s) in {settings.index.path}"
     )
-    return PARTIAL if report.skipped else 0
+    return PARTIAL if report.skipped or report.empty else 0
 
 
 PARTIAL = 3
@@ -207,6 +213,7 @@ def _ask(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
+    from crag._offload import settle_heap
     from crag.app.progress import AnswerPrinter, run_with_progress, step_progress
     from crag.printable import printable_json
     from crag.workflows.explain import WEB_FIX
@@ -234,6 +241,7 @@ def _ask(args: argparse.Namespace) -> int:
         raise QueryError(f"The question is not UTF-8 text (at character {exc.start + 1}); "
                          "check the terminal's encoding, or retype it.") from None
     workflow = build_workflow(settings)
+    settle_heap()  # the collector back on, off what is loaded
     stream = not args.json and (sys.stdout.isatty() if args.stream is None else args.stream)
     printer = AnswerPrinter() if stream else None
     # Streaming, progress is plain lines: a live display would hold partial lines back.
@@ -394,8 +402,10 @@ DEMO_QUESTIONS = (
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from crag._logs import log_plainly
     from crag.app.server import serve
 
+    log_plainly()  # this process serves: a database outage is said once a minute, not per retry
     serve(_settings(
         args,
         web_search={"corpus": args.web_corpus},
@@ -404,7 +414,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-MCP_HINT = "crag mcp needs the MCP SDK, which is not installed: pip install 'crag[mcp]'"
+MCP_HINT = "crag mcp needs the MCP SDK, which is not installed: pip install 'crag-workflows[mcp]'"
 
 
 def _mcp(args: argparse.Namespace) -> int:
@@ -428,7 +438,7 @@ def _mcp(args: argparse.Namespace) -> int:
     engine = Engine(settings)
     # The workflow loads in a thread while the handshake is answered: both are Python under one
     # GIL, so starting it before the SDK's import would only slow that import (the handshake).
-    engine.start_loading()
+    engine.start_loading(settle_heap=True)  # this process is crag mcp's own
     asyncio.run(serve_stdio(engine, allow_ingest=args.allow_ingest))
     return 0
 

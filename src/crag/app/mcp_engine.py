@@ -42,14 +42,16 @@ class Engine:
     def ready(cls, settings: Settings, runs: RunService) -> Engine:
         """An engine on `crag serve`'s run service (its workflow follows the server's reloads)."""
         engine = cls(settings)
-        engine._runs = runs
-        engine._future.set_result(runs.workflow)
+        engine._runs = runs  # `workflow()` reads the service's from then on
         return engine
 
-    def start_loading(self) -> None:
-        """Load the index and build the workflow in a thread; `runs()` waits for it."""
+    def start_loading(self, *, settle_heap: bool = False) -> None:
+        """Load the index and build the workflow in a thread; `runs()` waits for it.
 
-        from crag._offload import settle_heap
+        With `settle_heap`, for a process that is the engine's alone (`crag mcp`), what is
+        loaded is then frozen out of the garbage collector's passes (`crag.settle_heap`)."""
+
+        from crag import _offload
 
         def load() -> None:
             try:
@@ -57,11 +59,16 @@ class Engine:
 
                 workflow = build_workflow(self.settings)
                 import crag.app.runs  # noqa: F401 - the service's imports, here rather than on the loop
-
-                self._future.set_result(workflow)
+                import llama_agents.server  # noqa: F401
             except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits it
-                settle_heap()  # the collector back on, were it held for the loading
+                _offload.resume_collection()  # were it held for the loading
                 self._future.set_exception(exc)
+                return
+            if settle_heap:  # before the result is set, so the first tool call finds it done
+                _offload.settle_heap()
+            else:
+                _offload.resume_collection()
+            self._future.set_result(workflow)
 
         Thread(target=load, name="crag-mcp-load", daemon=True).start()
 
@@ -127,17 +134,18 @@ class Engine:
 
 def manifest(settings: Settings) -> dict:
     """The live index's manifest as on disk (what a reload or an ingest serves next); blocking."""
+    from pathlib import Path
+
     from crag.errors import IndexNotFoundError
     from crag.index.layout import live_version, read_manifest
+    from crag.trace import file_id
 
     path = settings.index.path
     try:
         found = read_manifest(live_version(path) / "manifest.json")
     except ValueError as exc:
         raise IndexNotFoundError.damaged(path, f"is damaged ({exc})") from None
-    return {
-        "path": str(path),
-        "chunks": found.get("chunks"),
-        "chunker": found.get("chunker"),
-        "files": found["files"],
-    }
+    # By the files' ids and names: a resource is a reply, and shows no path (the index's own
+    # manifest keeps them, to find the files again).
+    files = {file_id(key): {"name": Path(key).name, **entry} for key, entry in found["files"].items()}
+    return {"index": path.name, "chunks": found.get("chunks"), "chunker": found.get("chunker"), "files": files}

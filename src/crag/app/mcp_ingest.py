@@ -31,6 +31,7 @@ class IngestOutput(BaseModel):
     chunks_added: int
     chunks_total: int
     skipped: list[str] = Field(description="Files left out, each with its reason.")
+    empty: list[str] = Field(default_factory=list, description="Files with no text, not recorded: read again next time.")
 
 
 def add_ingest_tool(server: MCPServer, engine: Engine) -> None:
@@ -68,6 +69,7 @@ def add_ingest_tool(server: MCPServer, engine: Engine) -> None:
             chunks_added=report.chunks_added,
             chunks_total=report.chunks_total,
             skipped=report.skipped,
+            empty=report.empty,
         )
 
 

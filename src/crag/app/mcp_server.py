@@ -27,6 +27,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 from workflows.errors import WorkflowTimeoutError
 
+from crag._logs import root_logging_kept
 from crag.app.mcp_engine import KEEP_TRACES, Engine, manifest
 from crag.budget import spending
 from crag.errors import CragError, redact
@@ -62,6 +63,8 @@ class AskOutput(BaseModel):
     sources: list[SourceOut]
     run_id: str = Field(description="Read the run's trace at crag://runs/{run_id}/trace.")
     degraded: list[str] = Field(default_factory=list, description="What fell back, and why.")
+    cost: dict = Field(default_factory=dict, description="Model calls and tokens; `estimated`: some "
+                       "token counts were counted by crag, the server reported none.")
 
 
 class Hit(BaseModel):
@@ -84,13 +87,16 @@ class SearchOutput(BaseModel):
 def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
     """The MCP server over `engine`: tools `ask` and `search` (and `ingest` if `allow_ingest`),
     the manifest and trace resources."""
-    server = MCPServer(
-        "crag",
-        version=_version(),
-        instructions="Answers questions from the user's indexed documents, with [n] citations; "
-        "falls back to web search when the documents do not answer.",
-        log_level="WARNING",  # stderr stays quiet: for a stdio client it is the server's log
-    )
+    # The SDK calls logging.basicConfig (rich tracebacks, on the root logger) as it builds a
+    # server: it would choose how every library in the host process logs (crag._logs).
+    with root_logging_kept():
+        server = MCPServer(
+            "crag",
+            version=_version(),
+            instructions="Answers questions from the user's indexed documents, with [n] citations; "
+            "falls back to web search when the documents do not answer.",
+            log_level="WARNING",  # stderr stays quiet: for a stdio client it is the server's log
+        )
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=True)
 
     @server.tool(annotations=read_only)
@@ -154,7 +160,7 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("crag")
+        return version("crag-workflows")  # the distribution's name (pyproject.toml), not the import's
     except PackageNotFoundError:  # run from a source tree that was never installed
         return ""
 
@@ -204,6 +210,7 @@ def _ask_output(result: CragResult, run_id: str) -> AskOutput:
         sources=sources,
         run_id=run_id,
         degraded=result.degraded,
+        cost=result.cost.model_dump(mode="json"),
     )
 
 

@@ -54,7 +54,8 @@ def add_evaluation_commands(sub: Any) -> None:
     )
     p.add_argument("--limit", type=int, help="only the first N questions")
     p.add_argument(
-        "--concurrency", type=int, help="questions in flight (default 1 offline, 8 with an LLM)"
+        "--concurrency", type=int,
+        help="questions in flight (default 1 offline or with a model on this machine, 8 with a remote model)"
     )
     p.add_argument(
         "--out", type=Path, help="write eval.json, eval.md, outcomes.jsonl and PNG charts here"
@@ -147,7 +148,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.out is not None and not charts_available():
         print(
             "crag: note: matplotlib is not installed, so --out gets no charts "
-            "(pip install 'crag[eval]')",
+            "(pip install 'crag-workflows[eval]')",
             file=sys.stderr,
         )
     options = EvalOptions(

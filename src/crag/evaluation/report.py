@@ -1,6 +1,6 @@
 """Writes an evaluation down: Markdown tables, a JSON file, per-question outcomes, PNG charts.
 
-Charts need matplotlib (`pip install "crag[eval]"`); it is drawn with the Agg backend, so
+Charts need matplotlib (`pip install "crag-workflows[eval]"`); it is drawn with the Agg backend, so
 no display is needed. Without it, everything but the charts is written.
 """
 

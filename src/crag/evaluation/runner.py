@@ -26,6 +26,7 @@ from llama_index.core.schema import NodeWithScore
 from pydantic import BaseModel, Field
 
 from crag.config import Settings
+from crag.budget import Budget, watching
 from crag.cost import CostRecord
 from crag.errors import ConfigError
 from crag.evaluation.datasets import (
@@ -259,9 +260,13 @@ def build_index(
 
 def _default_concurrency(settings: Settings) -> int:
     """One at a time offline (CPU-bound: concurrency adds nothing but skewed latencies);
-    eight when a model is configured, whose calls wait on the network. (The web search is
+    eight when a model is configured, whose calls wait on the network; one with a model served
+    on this machine, which often serves one request at a time: eight questions at once made 5
+    of 20 runs reach the run limit against llama.cpp's server (issue 31). (The web search is
     always the local corpus here.)"""
-    return 8 if settings.llm.configured else 1
+    if settings.llm.configured and not settings.llm.local:
+        return 8
+    return 1
 
 
 def _progress_bar(total: int, show: bool | None) -> Any:
@@ -335,9 +340,12 @@ async def _run_one(
     token = _observing.set(observation)
     started = perf_counter()
     try:
-        result = await workflow.run(query=question.question)
+        with watching() as budgets:  # what the run spent, even if it fails before its cost record
+            result = await workflow.run(query=question.question)
     except Exception as exc:  # noqa: BLE001 - one failed question must not lose the evaluation
         outcome.error = f"{type(exc).__name__}: {exc}"[:300]
+        outcome.cost = spent(budgets)
+        outcome.llm_calls = outcome.cost.calls
         return outcome
     finally:
         outcome.seconds = perf_counter() - started
@@ -372,6 +380,19 @@ async def _run_one(
                     )
                 )
     return outcome
+
+
+def spent(budgets: Sequence[Budget]) -> CostRecord:
+    """The calls and tokens of runs that ended without a cost record (timed out, failed), from
+    their budgets, which count every call as it is made."""
+    tokens_in = sum(b.spent_in for b in budgets)
+    return CostRecord(
+        calls=sum(b.spent_calls for b in budgets),
+        tokens_in=tokens_in,
+        tokens_out=sum(b.spent_tokens for b in budgets) - tokens_in,
+        estimated=any(b.estimated for b in budgets),
+        notes=["the run failed: its calls and tokens were counted by its budget"],
+    )
 
 
 def _doc_id(chunk: NodeWithScore) -> str | None:

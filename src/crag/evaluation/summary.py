@@ -111,14 +111,15 @@ def summarize_split(
         best_sentence_f1=mean(o.best_sentence_f1 for o in outcomes),
         gold_retrieved=rate(o.gold_retrieved for o in ran),
         gold_in_context=rate(o.gold_in_context for o in ran),
-        llm_calls_per_question=mean(o.llm_calls for o in ran),
+        # Every run's calls, failed ones' too: they were made, and paid for (issue 31).
+        llm_calls_per_question=mean(o.llm_calls for o in outcomes),
         search_calls_per_question=mean(o.search_calls for o in ran),
         latency_p50=percentile((o.seconds for o in ran), 50),
         latency_p95=percentile((o.seconds for o in ran), 95),
         errors=len(outcomes) - len(ran),
         degraded=sum(1 for o in ran if o.degraded),
     )
-    costs = [o.cost for o in ran if o.cost is not None]
+    costs = [o.cost for o in outcomes if o.cost is not None]
     if costs:
         summary.cost = total(costs)
         summary.tokens_per_question = (summary.cost.tokens_in + summary.cost.tokens_out) / len(costs)

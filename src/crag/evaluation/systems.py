@@ -72,6 +72,7 @@ def _build_rag(settings: Settings, index: ChunkIndex) -> Any:
         synthesizer=corrective.synthesizer,
         reader=reader,
         timeout=settings.run.timeout,
+        fallback_seconds=settings.run.fallback_seconds,
     )
 
 

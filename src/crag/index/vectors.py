@@ -2,10 +2,10 @@
 
 By default an index searches its own embeddings exactly (`crag.index.store`): at 100k chunks a
 query takes a few milliseconds and needs no server. `[vector_store] kind = "server"` mirrors
-the vectors to a Chroma server at `uri` (install `crag[chroma]`, the thin HTTP client): each
-ingest writes a new collection (`<collection>-<generation>`), the version's manifest names it,
-and collections of removed versions are dropped, so an interrupted ingest leaves the old
-collection, and the old index, in use.
+the vectors to a Chroma server at `uri` (install `crag-workflows[chroma]`, the thin HTTP
+client): each ingest writes a new collection (`<collection>-<generation>`), the version's
+manifest names it, and collections of removed versions are dropped, so an interrupted ingest
+leaves the old collection, and the old index, in use.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def client_for(settings: VectorStoreSettings, index_dir: Path) -> Any:
     except ImportError:
         raise ConfigError(
             f"The index at {index_dir} uses a Chroma server ([vector_store] kind = \"server\"); "
-            "install its client: pip install 'crag[chroma]'."
+            "install its client: pip install 'crag-workflows[chroma]'."
         ) from None
 
     chroma = ChromaSettings(anonymized_telemetry=False)

@@ -40,4 +40,5 @@ def ingest_with_settings(
         summarize=summarize,
         vector_store=settings.vector_store,
         readers=settings.ingest.readers,
+        limits=settings.ingest,
     )

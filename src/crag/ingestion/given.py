@@ -17,6 +17,7 @@ from pathlib import Path
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
+from crag.ingestion.cleaning import clean
 from crag.ingestion.formats import LOCATION_KEYS
 
 KEY_PREFIX = "document:"
@@ -42,7 +43,7 @@ def as_crag_document(document: object) -> Document:
     if not metadata.get("title"):
         name = metadata.get("file_name")
         metadata["title"] = Path(str(name)).stem if name else document.doc_id
-    copy = Document(text=document.text, id_=document.doc_id, metadata=metadata)
+    copy = clean(Document(text=document.text, id_=document.doc_id, metadata=metadata))
     copy.excluded_embed_metadata_keys = sorted({*document.excluded_embed_metadata_keys, *_FILE_KEYS})
     copy.excluded_llm_metadata_keys = sorted({*document.excluded_llm_metadata_keys, *_FILE_KEYS})
     return copy

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,7 @@ import numpy as np
 from llama_index.core.node_parser import NodeParser, SentenceSplitter
 from llama_index.core.schema import Document
 
-from crag.config import IndexSettings, VectorStoreSettings
+from crag.config import IndexSettings, IngestSettings, VectorStoreSettings
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
 from crag.index.store import (
     POINTER,
@@ -22,17 +21,22 @@ from crag.index.store import (
     writer_lock,
 )
 from crag.ingestion.custom import Reader, UserReader, load_readers
+from crag.ingestion.files import file_digest
 from crag.ingestion.formats import LOCATION_KEYS
 from crag.ingestion.given import fingerprint, manifest_key, prepare
-from crag.ingestion.readers import KINDS, find_files, read_bytes, read_documents
+from crag.ingestion.readers import KINDS, gather_files
+from crag.ingestion.worker import FileReader
 from crag.models import WordLlamaEmbedding
 from crag.text import SPANS_KEY, sentence_spans
+from crag.trace import file_id
 
 
 @dataclass
 class IngestReport:
-    """What one ingest did: files read, unchanged and skipped (each with its one-line reason);
-    `documents` counts the documents read (from files, or given and changed)."""
+    """What one ingest did: files read, unchanged, skipped and empty (each of the last two with
+    its one-line reason); `documents` counts the documents read (from files, or given and
+    changed). An empty file (no text once read) is not counted as read, nor recorded as
+    ingested: the next ingest reads it again."""
 
     files_read: int = 0
     files_unchanged: int = 0
@@ -41,10 +45,15 @@ class IngestReport:
     chunks_added: int = 0
     chunks_total: int = 0
     skipped: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)
 
     @property
     def files_skipped(self) -> int:
         return len(self.skipped)
+
+    @property
+    def files_empty(self) -> int:
+        return len(self.empty)
 
 
 # Where a chunk sits (page, slide, cell...) is carried to its citation, not into the text the
@@ -76,6 +85,7 @@ def ingest(
     chunker: str | None = None,
     summarize: Summarizer | None = None,
     vector_store: VectorStoreSettings | None = None,
+    limits: IngestSettings | None = None,
 ) -> IngestReport:
     """Add files, and llama-index `documents`, to the index at `index_dir`, re-reading only
     files that changed.
@@ -103,6 +113,11 @@ def ingest(
     `readers` maps more suffixes to readers ("module:function", or the function itself),
     which take a file's Path and give Documents or text; a target that cannot be imported
     is a `ConfigError` before anything is read.
+
+    `limits` (the `[ingest]` settings) say which links in a folder are followed and bound
+    each file's read: its size, what it unpacks to, its text, its time and its memory (the
+    built-in readers run in a child process, `crag.ingestion.worker`). A file past one is
+    skipped with its reason.
     """
     if not paths and documents is None:
         raise IngestError("Nothing to ingest: give paths, or documents=[...].")
@@ -112,11 +127,12 @@ def ingest(
             f"index.chunk_overlap ({chunk_overlap}) must be smaller than index.chunk_size ({chunk_size})."
         )
     extra = load_readers(readers or {})
+    limits = limits or IngestSettings()
     check_index_folder(index_dir)  # before the work, not after it
     created = not index_dir.exists()
     try:
-        with writer_lock(index_dir):
-            return _ingest(list(paths or []), index_dir, given=documents, readers=extra, embed_model=embed_model, chunk_size=chunk_size,
+        with writer_lock(index_dir), FileReader(limits, extra) as reader:
+            return _ingest(list(paths or []), index_dir, given=documents, readers=extra, reader=reader, embed_model=embed_model, chunk_size=chunk_size,
                            chunk_overlap=chunk_overlap, progress=progress, node_parser=node_parser,
                            chunker=chunker, summarize=summarize, vector_store=vector_store)
     finally:
@@ -131,6 +147,7 @@ def _ingest(
     *,
     given: Iterable[Document] | None,
     readers: dict[str, Reader],
+    reader: FileReader,
     embed_model: WordLlamaEmbedding | None,
     chunk_size: int,
     chunk_overlap: int,
@@ -153,7 +170,7 @@ def _ingest(
     if node_parser is None:
         node_parser = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunker = chunker or f"sentence:{chunk_size}:{chunk_overlap}"
-    files = find_files([Path(p) for p in paths], readers)
+    files, passed_over = gather_files([Path(p) for p in paths], readers, reader.limits.symlinks)
     given_documents = prepare(given or [])  # before anything is read: a bad one fails the call
     if len(index) and index.chunker != chunker:
         # Chunks cut two ways would not mix: cut every file again, those ingested before too.
@@ -165,42 +182,58 @@ def _ingest(
         # generation 1 again (which may be the live collection, written under the old index).
         index.vectors = live_vectors
     if not files and given is None:
+        if passed_over:
+            raise IngestError(_nothing_read(passed_over))
         kinds = KINDS if not readers else f"{KINDS.replace(' or ', ', ')}, {', '.join(readers)}"
         raise IngestError(f"No {kinds} files found in {', '.join(map(str, paths))}.")
 
-    report = IngestReport()
+    report = IngestReport(skipped=passed_over)
     unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
     if summarize is not None:
-        unsummarized = {n.metadata.get("file") for n in index.nodes if n.ref_doc_id not in index.summaries}
+        unsummarized = {file_id(n.metadata.get("file") or "") for n in index.nodes
+                        if n.ref_doc_id not in index.summaries}
     changed: dict[str, dict] = {}
+    emptied: set[str] = set()  # files ingested before that now give no text: their chunks go
+    empty_names: list[str] = []
     documents: list[Document] = []
     if progress:
         progress("read", 0, len(files))
     for number, file in enumerate(files, start=1):
         key = str(file.resolve())
         stat = file.stat()
-        entry = None if key in unsummarized else index.manifest.get(key)  # re-read: to summarize it
+        entry = None if file_id(key) in unsummarized else index.manifest.get(key)  # re-read: to summarize it
         if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
             report.files_unchanged += 1
             if progress:
                 progress("read", number, len(files))
             continue
         try:
-            data = read_bytes(file)
-            digest = hashlib.sha256(data).hexdigest()
+            digest = file_digest(file, reader.limits)  # a piece at a time, refused by type and size first
             if entry and entry["sha256"] == digest:  # touched, not changed
                 report.files_unchanged += 1
                 if progress:
                     progress("read", number, len(files))
                 continue
-            docs = list(read_documents(file, data, readers))
+            docs, digest = reader.read(file)  # bounded in time and memory
         except IngestError as exc:  # this file is left out; the others still go in
             report.skipped.append(str(exc))
             if progress:
                 progress("read", number, len(files))
             continue
+        docs = [doc for doc in docs if doc.text.strip()]
+        if not docs:  # said, and not recorded: a file must never count as read and give nothing
+            report.empty.append(f"{file} has no text to index (empty, only whitespace, or its text is "
+                                "in images); not recorded, so the next ingest reads it again.")
+            empty_names.append(file.name)
+            if key in index.manifest:
+                emptied.add(key)
+            if progress:
+                progress("read", number, len(files))
+            continue
         for doc in docs:
-            doc.metadata["file"] = key
+            # The file's id, not its path: a chunk's metadata reaches events and replies. The
+            # manifest keeps the path (`key`), to find the file again; the id is its hash.
+            doc.metadata["file"] = file_id(key)
             # The splitter subtracts the metadata text it would embed from each chunk's
             # budget; the file's path must not count, or where the corpus lives changes
             # the chunk boundaries (and every retrieval result after them).
@@ -214,20 +247,24 @@ def _ingest(
 
     for doc in given_documents:
         key, entry = manifest_key(doc.doc_id), fingerprint(doc)
-        old = None if key in unsummarized else index.manifest.get(key)
+        old = None if file_id(key) in unsummarized else index.manifest.get(key)
         if old and old.get("sha256") == entry["sha256"]:
             report.documents_unchanged += 1
             continue
-        doc.metadata["file"] = key  # its chunks are replaced when it changes, as a file's are
+        doc.metadata["file"] = file_id(key)  # its chunks are replaced when it changes, as a file's are
         doc.excluded_embed_metadata_keys = sorted({*doc.excluded_embed_metadata_keys, *HIDDEN_KEYS})
         doc.excluded_llm_metadata_keys = sorted({*doc.excluded_llm_metadata_keys, *HIDDEN_KEYS})
         documents.append(doc)
         changed[key] = entry
 
     report.documents = len(documents)
-    if report.skipped and not changed and not report.files_unchanged and not report.documents_unchanged:
-        raise IngestError(_nothing_read(report.skipped))
-    if not changed:
+    if not changed and not report.files_unchanged and not report.documents_unchanged:
+        if report.skipped:
+            raise IngestError(_nothing_read(report.skipped + report.empty))
+        if report.empty:
+            names = ", ".join(empty_names[:3]) + ("..." if len(empty_names) > 3 else "")
+            raise IngestError(f"No text to index in {names}: the files are empty or only whitespace.")
+    if not changed and not emptied:
         if upgrade:
             index.store_settings = vector_store or VectorStoreSettings()
             index.save(index_dir)
@@ -249,8 +286,9 @@ def _ingest(
     old_nodes = list(index.nodes)  # parsed once: an incremental ingest reads the old chunks
     # A document id seen again in a changed file replaces its old chunks, wherever they came from.
     new_doc_ids = {d.doc_id for d in documents}
+    gone = {file_id(key) for key in changed.keys() | emptied}
     keep = [i for i, n in enumerate(old_nodes)
-            if n.metadata.get("file") not in changed and n.ref_doc_id not in new_doc_ids]
+            if file_id(n.metadata.get("file") or "") not in gone and n.ref_doc_id not in new_doc_ids]
     kept_nodes = [old_nodes[i] for i in keep]
     # Summaries of unchanged documents stay; those of changed ones are stale.
     kept_docs = {n.ref_doc_id for n in kept_nodes}
@@ -260,7 +298,7 @@ def _ingest(
     merged = ChunkIndex(
         nodes=kept_nodes + new_nodes,
         embeddings=np.vstack([np.asarray(index.embeddings[keep]), vectors]).astype(np.float32),
-        manifest={**index.manifest, **changed},
+        manifest={k: v for k, v in {**index.manifest, **changed}.items() if k not in emptied},
         chunker=chunker,
         summaries=summaries,
         store_settings=vector_store or VectorStoreSettings(),

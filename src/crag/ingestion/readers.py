@@ -5,14 +5,19 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from llama_index.core.schema import Document
 
+from crag.config import IngestSettings
 from crag.errors import IngestError
-from crag.ingestion.formats import doc_id
+from crag.ingestion.cleaning import clean
+from crag.ingestion.files import MB, read_checked, special_kind
+from crag.ingestion.formats import decode_text, doc_id
+from crag.ingestion.formats.archive import unpack_limit
 from crag.ingestion.formats.docx import read_docx
 from crag.ingestion.formats.epub import read_epub
 from crag.ingestion.formats.html import html_text
@@ -46,14 +51,26 @@ KINDS = ".txt, .md, .html, .jsonl, .pdf, .docx, .epub, .pptx, .ipynb, .csv or .t
 
 def find_files(paths: list[Path], extra: Collection[str] = ()) -> list[Path]:
     """Every supported file under `paths` (the `extra` suffixes too), sorted; a missing path is
-    an error."""
+    an error. Links inside a folder are passed over (`gather_files` says which)."""
+    return gather_files(paths, extra)[0]
+
+
+def gather_files(
+    paths: list[Path], extra: Collection[str] = (), symlinks: str = "skip"
+) -> tuple[list[Path], list[str]]:
+    """Every supported file under `paths`, sorted, and a line for each one passed over: a link
+    (followed only with `symlinks="inside"`, and only to a place inside the folder given), a
+    pipe, a device or a socket. A path named in `paths` is read as named, a link too."""
     supported = (*SUPPORTED, *extra)
     found: list[Path] = []
+    passed: list[str] = []
     for path in paths:
         if not path.exists():
             raise IngestError(f"{path} does not exist.")
         if path.is_dir():
-            found.extend(p for p in sorted(path.rglob("*")) if p.suffix.lower() in supported and p.is_file())
+            inside: list[Path] = []
+            _walk(path, path.resolve(), supported, symlinks, set(), inside, passed)
+            found.extend(sorted(inside))
         elif not path.is_file():  # a FIFO or a device: reading it could wait forever
             raise IngestError(f"{path} is not a regular file (a pipe or a device); "
                               "give files or folders.")
@@ -61,6 +78,10 @@ def find_files(paths: list[Path], extra: Collection[str] = ()) -> list[Path]:
             found.append(path)
         else:
             raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(supported)}.")
+    unique: dict[Path, Path] = {}
+    for path in found:  # a file reached twice (through a link inside the folder) is read once
+        unique.setdefault(path.resolve(), path)
+    found = list(unique.values())
     for path in found:
         try:
             str(path.resolve()).encode("utf-8")  # it becomes the documents' id, written as UTF-8
@@ -68,7 +89,48 @@ def find_files(paths: list[Path], extra: Collection[str] = ()) -> list[Path]:
             raise IngestError(
                 f"{path}: the file's name is not UTF-8; rename it, or leave it out."
             ) from None
-    return found
+    return found, passed
+
+
+def _walk(folder: Path, root: Path, supported: tuple[str, ...], symlinks: str, seen: set[Path],
+          found: list[Path], passed: list[str]) -> None:
+    """Fill `found` with the supported files under `folder`, not following a link out of `root`."""
+    if folder.resolve() in seen:  # a link back to a folder already walked
+        return
+    seen.add(folder.resolve())
+    try:
+        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+    except OSError as exc:
+        passed.append(f"Cannot read the folder {folder}: {exc.strerror or exc}.")
+        return
+    for entry in entries:
+        path = Path(entry.path)
+        is_dir = entry.is_dir()  # of the link's target, for a link
+        if not is_dir and path.suffix.lower() not in supported:
+            continue
+        if entry.is_symlink():
+            target = path.resolve()
+            what = "a folder" if is_dir else "a file"
+            if symlinks != "inside":
+                passed.append(f"{path} is a link (to {what}, {target}), not followed; set "
+                              'ingest.symlinks = "inside" to follow links within the folder.')
+                continue
+            if not target.is_relative_to(root):
+                passed.append(f"{path} is a link out of {root} (to {target}), not followed.")
+                continue
+        if is_dir:
+            _walk(path, root, supported, symlinks, seen, found, passed)
+            continue
+        try:
+            mode = entry.stat().st_mode
+        except OSError:  # a dangling link
+            passed.append(f"{path} is a link to nothing ({os.readlink(path)}); leave it out.")
+            continue
+        kind = special_kind(mode)
+        if kind is not None:
+            passed.append(f"{path} is {kind}, not a regular file; reading it could wait forever. Leave it out.")
+        else:
+            found.append(path)
 
 
 # The longest stretch between paragraph breaks that a splitter is given. NLTK's Punkt runs
@@ -79,25 +141,36 @@ PARAGRAPH_LIMIT = 20_000
 _BREAK = "\n\n\n"  # SentenceSplitter's paragraph separator; crag.text.sentences splits on it too
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, or an `IngestError` naming it."""
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
-
-
 def read_documents(
-    path: Path, data: bytes | None = None, readers: Mapping[str, Reader] | None = None
+    path: Path,
+    data: bytes | None = None,
+    readers: Mapping[str, Reader] | None = None,
+    limits: IngestSettings | None = None,
 ) -> Iterator[Document]:
     """Documents in one file (its bytes `data` when already read): one per file, section, page,
     slide, cell, group of rows or line of a .jsonl corpus, by type; a paragraph longer than
     PARAGRAPH_LIMIT is cut into shorter ones (text within the limit is unchanged). `readers`
-    adds to or replaces the built-in ones, by suffix."""
+    adds to or replaces the built-in ones, by suffix. `limits` bound the file's size, what
+    its archive unpacks to and the text taken from it (default: the `[ingest]` defaults)."""
+    limits = limits or IngestSettings()
     reader = (readers or {}).get(path.suffix.lower()) or READERS.get(path.suffix.lower())
     if reader is None:
         raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(SUPPORTED)}.")
-    for document in reader(path, read_bytes(path) if data is None else data):
+    if data is None:
+        data = read_checked(path, limits)[0]
+    documents, text = [], 0
+    token = unpack_limit.set(int(limits.max_unpacked_mb * MB))
+    try:
+        for document in reader(path, data):
+            clean(document)  # every reader's text as typed, its labels fit to cite
+            text += len(document.text)
+            if text > limits.max_text_mb * 1_000_000:
+                raise IngestError(f"{path} holds over {limits.max_text_mb:g} million characters of "
+                                  "text (ingest.max_text_mb); split it, or raise the limit. Left out.")
+            documents.append(document)
+    finally:
+        unpack_limit.reset(token)
+    for document in documents:
         if len(document.text) > PARAGRAPH_LIMIT:
             document.set_content(bounded_paragraphs(document.text))
         yield document
@@ -122,10 +195,7 @@ def bounded_paragraphs(text: str, limit: int = PARAGRAPH_LIMIT) -> str:
 
 
 def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise IngestError(f"{path} is not UTF-8 text; convert it or leave it out.") from None
+    text = decode_text(path, raw)
     if "\x00" in text:
         raise IngestError(f"{path} looks binary (it contains NUL bytes); leave it out.")
     suffix = path.suffix.lower()
@@ -140,7 +210,7 @@ def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
         title, text, _ = html_text(text)
         title = title or path.stem
     if text.strip():
-        yield Document(text=text, id_=str(path), metadata={"title": title, "file": str(path)})
+        yield Document(text=text, id_=doc_id(path, 0), metadata={"title": title, "file": str(path)})
 
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")

@@ -134,13 +134,13 @@ class LLMSummarizer:
                     )
                 except Exception as exc:  # noqa: BLE001 - any failure of the model call
                     raise IngestError(
-                        f"Summarizing document {document.doc_id} failed "
+                        f"Summarizing document {_named(document)} failed "
                         f"({redact(f'{type(exc).__name__}: {exc}')[:300]}); nothing was written, "
                         "the index is as it was."
                     ) from None
             text = str(response.response or "").strip()
             if not text:
-                raise IngestError(f"The model's summary of document {document.doc_id} is empty; nothing was written.")
+                raise IngestError(f"The model's summary of document {_named(document)} is empty; nothing was written.")
             done += 1
             if self.progress:
                 self.progress("summarize", done, len(documents))
@@ -156,3 +156,7 @@ def summarizer_for(settings: Settings, progress: ProgressCallback | None = None)
     return ExtractiveSummarizer()
 
 
+def _named(document: Document) -> str:
+    """A document as a person knows it: its file's name or its title, then its id (a hash)."""
+    name = document.metadata.get("file_name") or document.metadata.get("title")
+    return f"{name!r} ({document.doc_id})" if name else document.doc_id

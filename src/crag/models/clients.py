@@ -15,17 +15,19 @@ from crag.models.http_pools import MAX_IN_FLIGHT, async_http_client
 
 
 class LLMFactory:
-    """Builds the configured chat model lazily, once; `budgeted`: each call is charged to the
-    running question's budget first (`BudgetedLLM`)."""
+    """Builds the configured chat model lazily, once; `budgeted` (default): each call is charged
+    to the running question's budget first, and ended by its deadline (`BudgetedLLM`)."""
 
-    def __init__(self, settings: LLMSettings, *, budgeted: bool = False) -> None:
+    def __init__(self, settings: LLMSettings, *, budgeted: bool = True) -> None:
         self.settings = settings
         self.budgeted = budgeted
 
     @cached_property
     def llm(self) -> LLM:
         llm = openai_llm(self.settings)
-        return BudgetedLLM(llm=llm) if self.budgeted else llm
+        # Every call has a reply-length limit: its purpose's own, else `[llm] max_tokens`. Not
+        # the client's `max_tokens`, which llama-index sends in place of any call's own.
+        return BudgetedLLM(llm=llm, max_tokens=self.settings.max_tokens) if self.budgeted else llm
 
 
 def openai_llm(settings: LLMSettings) -> LLM:
@@ -61,7 +63,8 @@ def openai_llm(settings: LLMSettings) -> LLM:
         )
     else:
         llm = checked_openai(**common)
-    llm.set_client_limits(
-        retries=settings.max_retries, max_in_flight=MAX_IN_FLIGHT, new_http_client=async_http_client
-    )
+    # A request waiting in crag has no timeout running; one queued at a one-at-a-time server
+    # would time out there and be sent again, doubling the server's work.
+    in_flight = min(settings.in_flight, MAX_IN_FLIGHT)
+    llm.set_client_limits(retries=settings.max_retries, max_in_flight=in_flight, new_http_client=async_http_client)
     return llm

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import PrivateAttr
 
+from crag._logs import root_logging_kept
 from crag._offload import off_loop
 
 
@@ -61,30 +61,11 @@ class WordLlamaEmbedding(BaseEmbedding):
         return await off_loop(self._get_text_embeddings, texts)
 
 
-class _root_logging_kept:  # noqa: N801 - used as a statement, like a function
-    """Undo `logging.basicConfig(level=INFO)`, which wordllama calls when imported.
-
-    Left in place it would make every library in the process log to stderr at INFO
-    (httpx announces each request, openai each retry), whatever the application chose.
-    """
-
-    def __enter__(self) -> None:
-        root = logging.getLogger()
-        self._handlers, self._level = list(root.handlers), root.level
-
-    def __exit__(self, *exc_info: object) -> None:
-        root = logging.getLogger()
-        for handler in root.handlers[:]:
-            if handler not in self._handlers:
-                root.removeHandler(handler)
-        root.setLevel(self._level)
-
-
 @cache
 def _bundled_wordllama() -> Any:
     """WordLlama from its wheel's own files, loaded once per process (ingest, retrieval
     and every workflow built in the process share it; the model is read-only)."""
-    with _root_logging_kept():
+    with root_logging_kept():  # wordllama calls logging.basicConfig(level=INFO) as it is imported
         import wordllama
         from wordllama.inference import WordLlamaInference
     from safetensors import safe_open

@@ -13,11 +13,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llama_index.core.llms import LLM, ChatMessage
+from llama_index.core.llms import LLM
 
 from crag.events import Turn
+from crag.models.replies import ask
 from crag.prompts import CONDENSE_PROMPT
-from crag.steps.rewriting import KeywordRewriter
+from crag.steps.query_checks import check_generated, instructions_of
+from crag.steps.rewriting import KeywordRewriter, first_line
 
 # A pronoun standing for the conversation's subject; the possessive ones take "'s".
 # Not "this" or "that": "how long is that?" after a warranty question means the warranty.
@@ -104,20 +106,28 @@ def _replace(pronoun: str, subject: str) -> str:
 
 
 class LLMCondenser:
-    """Asks a chat model for the standalone question; a question with no earlier user turn
-    is returned as it is, without a call."""
+    """Asks a chat model for the standalone question, at most `max_tokens` long; a question
+    with no earlier user turn is returned as it is, without a call.
 
-    def __init__(self, llm: LLM) -> None:
+    A reply that is no usable question (empty, cut at the limit, a copy of a previous answer,
+    far longer than the conversation's questions, about something else:
+    `crag.steps.query_checks`) raises, and the workflow's rules stand in, saying why.
+    """
+
+    def __init__(self, llm: LLM, *, max_tokens: int | None = 96) -> None:
         self.llm = llm
+        self.max_tokens = max_tokens
 
     async def condense(self, query: str, history: Sequence[Turn]) -> str:
         if not any(t.role == "user" for t in history):
             return query
-        conversation = "\n".join(f"{t.role}: {' '.join(t.content.split())}" for t in history[-_TURNS_SHOWN:])
+        shown = history[-_TURNS_SHOWN:]
+        conversation = "\n".join(f"{t.role}: {' '.join(t.content.split())}" for t in shown)
         prompt = CONDENSE_PROMPT.format(conversation=conversation, query=query)
-        reply = await self.llm.achat([ChatMessage(role="user", content=prompt)])
-        lines = [ln.strip().strip("\"'`") for ln in (reply.message.content or "").splitlines()]
-        standalone = next((ln for ln in lines if ln), "")
-        if not standalone:
-            raise ValueError("the model returned no question")
-        return standalone
+        reply = await ask(self.llm, prompt, max_tokens=self.max_tokens, purpose="follow-up", stop=["\n\n"])
+        return check_generated(
+            first_line(reply), question=query,
+            context=[t.content for t in shown if t.role == "user"],
+            answers=[t.content for t in shown if t.role == "assistant"],
+            instructions=instructions_of(CONDENSE_PROMPT.template), what="follow-up",
+        )

@@ -14,11 +14,13 @@ import json
 import re
 from collections.abc import Callable, Sequence
 
-from llama_index.core.llms import LLM, ChatMessage
+from llama_index.core.llms import LLM
 
-from crag.errors import DecomposeParseError
+from crag.errors import DecomposeParseError, QueryRejected, ReplyCutOff
 from crag.events import Strip
+from crag.models.replies import ask
 from crag.prompts import FOLLOW_UP_PROMPT, SPLIT_PROMPT
+from crag.steps.query_checks import check_generated
 from crag.text import STOPWORDS, TermStats, terms, words
 
 # A name: capitalised words (or a quoted title), joined by the short lower-case words
@@ -175,28 +177,44 @@ class LLMDecomposer:
 
     name = "llm"
 
-    def __init__(self, llm: LLM, *, max_chars: int = 600) -> None:
+    def __init__(self, llm: LLM, *, max_chars: int = 600, max_tokens: int | None = 160) -> None:
         self.llm = llm
         self.max_chars = max_chars
+        self.max_tokens = max_tokens
 
     async def split(self, query: str) -> list[str]:
         if not split_comparison(query):
             return []
-        return parse_parts(await self._ask(SPLIT_PROMPT.format(query=query)))
+        parts = parse_parts(await self._ask(SPLIT_PROMPT.format(query=query)))
+        return [_checked(p, question=query) for p in parts]
 
     async def follow_up(self, query: str, found: Sequence[Strip]) -> list[str]:
         if not describes_a_thing(query):
             return []
-        facts = "\n".join(f"- {s.text[: self.max_chars]}" for s in sorted(found, key=lambda s: -s.score)[:4])
+        best = sorted(found, key=lambda s: -s.score)[:4]
+        facts = "\n".join(f"- {s.text[: self.max_chars]}" for s in best)
         reply = (await self._ask(FOLLOW_UP_PROMPT.format(query=query, facts=facts or "(none)"))).strip()
         first = next((ln.strip().strip("\"'`") for ln in reply.splitlines() if ln.strip()), "")
         if not first:
             raise DecomposeParseError("the model's follow-up reply was empty")
-        return [] if first.upper().rstrip(".") == "NONE" else [first]
+        if first.upper().rstrip(".") == "NONE":
+            return []
+        # The next hop is about a thing the facts name, so its words may come from them.
+        return [_checked(first, question=query, context=[s.text[: self.max_chars] for s in best])]
 
     async def _ask(self, prompt: str) -> str:
-        reply = await self.llm.achat([ChatMessage(role="user", content=prompt)])
-        return reply.message.content or ""
+        try:
+            return await ask(self.llm, prompt, max_tokens=self.max_tokens, purpose="decomposition")
+        except ReplyCutOff as exc:
+            raise DecomposeParseError(str(exc)) from None
+
+
+def _checked(written: str, **where: object) -> str:
+    """A sub-question the model wrote, or DecomposeParseError when it fails the sanity checks."""
+    try:
+        return check_generated(written, what="sub-question", **where)  # type: ignore[arg-type]
+    except QueryRejected as exc:
+        raise DecomposeParseError(str(exc)) from None
 
 
 def parse_parts(reply: str) -> list[str]:

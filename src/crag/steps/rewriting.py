@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 
-from llama_index.core.llms import LLM, ChatMessage
+from llama_index.core.llms import LLM
 
+from crag.models.replies import ask
 from crag.prompts import REWRITE_PROMPT
+from crag.steps.query_checks import check_generated, instructions_of
 from crag.text import STOPWORDS, words
 
 # "How long", "how many"...: the adjective asks for the answer's type; searching for it
@@ -28,14 +30,26 @@ class KeywordRewriter:
 
 
 class LLMRewriter:
-    """Asks a chat model for a keyword search query; falls back to keywords on an empty reply."""
+    """Asks a chat model for a keyword search query, at most `max_tokens` long.
 
-    def __init__(self, llm: LLM) -> None:
+    A reply that is no usable query (empty, cut at the limit, a ramble, an echo of the prompt,
+    about something else: `crag.steps.query_checks`) raises, and the workflow's keyword
+    rewriter stands in, saying why in the run's `degraded` list.
+    """
+
+    def __init__(self, llm: LLM, *, max_tokens: int | None = 48) -> None:
         self.llm = llm
-        self.fallback = KeywordRewriter()
+        self.max_tokens = max_tokens
 
     async def rewrite(self, query: str) -> str:
-        reply = await self.llm.achat([ChatMessage(role="user", content=REWRITE_PROMPT.format(query=query))])
-        lines = [ln.strip().strip("\"'`") for ln in (reply.message.content or "").splitlines()]
-        rewritten = next((ln for ln in lines if ln), "")
-        return rewritten or await self.fallback.rewrite(query)
+        prompt = REWRITE_PROMPT.format(query=query)
+        reply = await ask(self.llm, prompt, max_tokens=self.max_tokens, purpose="rewrite", stop=["\n\n"])
+        return check_generated(
+            first_line(reply), question=query, instructions=instructions_of(REWRITE_PROMPT.template), what="rewrite"
+        )
+
+
+def first_line(reply: str) -> str:
+    """A one-line reply's line: the first that is not blank, without the quotes models add."""
+    lines = [ln.strip().strip("\"'`") for ln in reply.splitlines()]
+    return next((ln for ln in lines if ln), "")

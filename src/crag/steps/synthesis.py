@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator, Sequence
 from llama_index.core.llms import LLM, ChatMessage
 
 from crag.events import Source, Strip
+from crag.models.replies import finish_reason, limits
 from crag.prompts import SYNTHESIZE_PROMPT
-from crag.trace import Location
+from crag.trace import Location, note_degraded
 
 NO_KNOWLEDGE = "I found no relevant information to answer this question."
 
@@ -90,17 +91,25 @@ def _distinct(strips: Sequence[Strip]) -> list[Strip]:
 
 
 class LLMSynthesizer:
-    """Asks a chat model to answer from numbered passages and cite them as [n]."""
+    """Asks a chat model to answer from numbered passages and cite them as [n], in at most
+    `max_tokens`; an answer cut at that limit is kept (it is still an answer), and the run's
+    `degraded` list says it was cut."""
 
-    def __init__(self, llm: LLM) -> None:
+    def __init__(self, llm: LLM, *, max_tokens: int | None = 512) -> None:
         self.llm = llm
+        self.max_tokens = max_tokens
 
     async def synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]:
         if not strips:
             return NO_KNOWLEDGE, []
-        reply = await self.llm.achat(_prompt(query, strips))
+        reply = await self.llm.achat(_prompt(query, strips), **limits(self.max_tokens))
+        self._note_cut(reply)
         answer = (reply.message.content or "").strip()
         return answer, self.sources_for(answer, strips)
+
+    def _note_cut(self, reply: object) -> None:
+        if finish_reason(reply) == "length":
+            note_degraded(f"the answer was cut at its {self.max_tokens}-token limit")
 
     async def stream(self, query: str, strips: Sequence[Strip]) -> AsyncIterator[str]:
         """The model's answer as its tokens arrive (`astream_chat`), leading whitespace dropped
@@ -109,7 +118,8 @@ class LLMSynthesizer:
             yield NO_KNOWLEDGE
             return
         started = False
-        async for chunk in await self.llm.astream_chat(_prompt(query, strips)):
+        async for chunk in await self.llm.astream_chat(_prompt(query, strips), **limits(self.max_tokens)):
+            self._note_cut(chunk)
             delta = chunk.delta or ""
             if not started:
                 delta = delta.lstrip()

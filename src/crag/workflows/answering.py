@@ -33,7 +33,7 @@ async def write_answer(
     except Exception as exc:  # any synthesizer failure has the same remedy
         if fallback is None:
             raise
-        record.degraded = f"synthesizer failed ({describe(exc)}); extractive answer"
+        record.degrade(f"synthesizer failed ({describe(exc)}); extractive answer")
         if pieces:  # a reader has shown them: tell it to take them back
             ctx.write_event_to_stream(AnswerDeltaEvent(delta="", restart=True))
         return await _stream(ctx, fallback, query, strips, [])

@@ -35,6 +35,7 @@ from crag.config import BudgetSettings
 from crag.cost import CostRecord, cost_of
 from crag.errors import CragError, QueryError, StepError, redact
 from crag.events import CragResult, StepProgressEvent
+from crag.text import as_typed
 from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
 
 MAX_QUERY_CHARS = 4000
@@ -57,6 +58,8 @@ class RecordedWorkflow(CachedStepLookup, Workflow):
             model wrapped in `crag.models.BudgetedLLM` is refused a call past them.
         price_in, price_out: prices per million prompt and completion tokens, for the money in
             each run's cost record.
+        fallback_seconds: seconds of each run kept for the offline components: model calls end
+            by the run's deadline, `timeout` less this (at most half of it).
         **kwargs: passed to `Workflow` (e.g. `timeout`, 300 s unless given).
     """
 
@@ -66,10 +69,13 @@ class RecordedWorkflow(CachedStepLookup, Workflow):
         budget: BudgetSettings | None = None,
         price_in: float | None = None,
         price_out: float | None = None,
+        fallback_seconds: float = 10.0,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("timeout", 300.0)
         super().__init__(**kwargs)
+        self.run_timeout: float | None = kwargs["timeout"]
+        self.fallback_seconds = fallback_seconds
         self.budget = budget or BudgetSettings()
         self.price_in = price_in
         self.price_out = price_out
@@ -86,9 +92,14 @@ class RecordedWorkflow(CachedStepLookup, Workflow):
             _steps_running.reset(token)
 
     def new_budget(self) -> Budget:
-        """A fresh budget at this workflow's limits, for one run (or one MCP `search`)."""
+        """A fresh budget at this workflow's limits, for one run (or one MCP `search`), with the
+        run's deadline for model calls: its timeout less the time kept for the offline
+        components (`fallback_seconds`, at most half the timeout)."""
         limits = self.budget
-        return Budget(calls=limits.calls, tokens=limits.tokens, seconds=limits.seconds)
+        budget = Budget(calls=limits.calls, tokens=limits.tokens, seconds=limits.seconds)
+        if self.run_timeout is not None:
+            budget.deadline = budget.started + self.run_timeout - min(self.fallback_seconds, self.run_timeout / 2)
+        return budget
 
     def run_cost(self, trace: RunTrace) -> CostRecord:
         """The run's cost record: calls, tokens and cache hits per step, money at the set prices,
@@ -107,8 +118,9 @@ class RecordedWorkflow(CachedStepLookup, Workflow):
 
 
 def check_query(query: str) -> str:
-    """The question with its whitespace collapsed; QueryError if empty or too long."""
-    words = " ".join(query.split())
+    """The question as people type it (`crag.text.as_typed`: what ingest did to the documents'
+    text) with its whitespace collapsed; QueryError if empty or too long."""
+    words = " ".join(as_typed(query).split())
     if not words:
         raise QueryError("The question is empty; ask something.")
     if len(words) > MAX_QUERY_CHARS:
@@ -202,14 +214,14 @@ def run_trace(state: RecordedState, query: str, verdict: str | None) -> RunTrace
     """The run's trace from the records its steps wrote, in the order they started, with the
     budget's note when it refused a model call."""
     budget = current_budget()
-    note = budget.note() if budget is not None else None
+    notes = budget.notes() if budget is not None else []
     return RunTrace(
         query=query,
         asked=state.asked,
         verdict=verdict,
         seconds=perf_counter() - state.started,
         steps=sorted(state.records.values(), key=lambda r: r.started),
-        notes=[note] if note else [],
+        notes=notes,
     )
 
 
@@ -223,7 +235,7 @@ async def or_fallback(
     try:
         return await attempt()
     except Exception as exc:  # noqa: BLE001 - any failure of the component has the same remedy
-        record.degraded = f"{what} failed ({describe(exc)}); {remedy}"
+        record.degrade(f"{what} failed ({describe(exc)}); {remedy}")
         return await fallback()
 
 

@@ -30,6 +30,7 @@ from workflows import Context, step
 from workflows.events import StopEvent
 
 from crag._offload import off_loop
+from crag.budget import current_budget
 from crag.config import GraderSettings
 from crag.errors import ConfigError
 from crag.events import (
@@ -105,6 +106,7 @@ class RunState(RecordedState):
     grades: list[Grade] = Field(default_factory=list)
     coverage: float | None = None
     rewritten_query: str | None = None
+    rewrite_started: bool = False  # the speculative rewrite was sent with retrieval
 
 
 class CorrectiveRAGWorkflow(RecordedWorkflow):
@@ -205,10 +207,20 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                     await ctx.store.set("asked", query)
                     await ctx.store.set("query", standalone)
                     query = standalone
-            if self.speculative_rewrite:
-                ctx.send_event(record.emit(RewriteQueryEvent(query=query)))
+            budget = current_budget()
+            calls_left = budget.calls_left() if budget is not None else None
+            if self.speculative_rewrite and calls_left is None:
+                await self._rewrite_now(ctx, record, query)
             chunks = await self.retriever.retrieve(query)
+            # A budget of calls pays for the rewrite ahead of the verdict only when it can also
+            # pay for grading every chunk and the answer: those are the calls that matter.
+            if self.speculative_rewrite and calls_left is not None and calls_left > len(chunks) + 1:
+                await self._rewrite_now(ctx, record, query)
             return record.emit(CandidatesEvent(query=query, chunks=chunks))
+
+    async def _rewrite_now(self, ctx: Context[RunState], record: Any, query: str) -> None:
+        await ctx.store.set("rewrite_started", True)
+        ctx.send_event(record.emit(RewriteQueryEvent(query=query)))
 
     @step
     async def postprocess(self, ctx: Context[RunState], ev: CandidatesEvent) -> RetrievedEvent:
@@ -245,12 +257,13 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             }
             fallbacks = [g for g in grades if g.note]
             if fallbacks:
-                record.degraded = f"{len(fallbacks)} of {len(grades)} grades by a fallback ({fallbacks[0].note})"
+                # After the batch grader's own note, if it fell back: both are what happened.
+                record.degrade(f"{len(fallbacks)} of {len(grades)} grades by a fallback ({fallbacks[0].note})")
             if verdict is Verdict.CORRECT:
                 return record.emit(RefineInternalEvent(query=ev.query, chunks=kept))
             if verdict is Verdict.AMBIGUOUS:
                 ctx.send_event(record.emit(RefineInternalEvent(query=ev.query, chunks=kept)))
-            if not self.speculative_rewrite:
+            if not await ctx.store.get("rewrite_started"):
                 ctx.send_event(record.emit(RewriteQueryEvent(query=ev.query)))
             # Incorrect runs answer from these if the web search fails.
             fallback = list(ev.chunks) if verdict is Verdict.INCORRECT else []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crag._offload import settle_heap, warm_up
+from crag._offload import warm_up
 from crag.config import LLMSettings, Settings
 from crag.errors import ConfigError
 from crag.index import ChunkIndex
@@ -55,9 +55,9 @@ def build_workflow(
     `crag serve` on PostgreSQL passes one in PostgreSQL), unless `[cache] enabled` is false.
 
     Every component is warmed up (`warm_up_workflow`) before it is returned, so the first
-    run's steps do their own work, not loading. The first build in a process also freezes
-    what is loaded out of the garbage collector's full passes and makes those passes rarer:
-    process-wide settings (`gc.freeze`, `gc.set_threshold`), as a server wants them.
+    run's steps do their own work, not loading. Nothing process-wide changes: a process that
+    serves runs may then tune the garbage collector for them with `crag.settle_heap()`, as
+    `crag serve`, `crag ask` and `crag mcp` do.
 
     Example:
         wf = build_workflow(Settings.load(), grader=MyGrader())
@@ -65,7 +65,7 @@ def build_workflow(
     settings = settings or Settings.load()
     index = index if index is not None else ChunkIndex.load(settings.index.path, settings.vector_store)
     embed_model = WordLlamaEmbedding()
-    llms = LLMFactory(settings.llm, budgeted=settings.budget.limited)
+    llms = LLMFactory(settings.llm)  # every call charged to its run's budget, and ended by its deadline
     use_llm = settings.llm.configured
     evaluator = LexicalEvaluator(index.term_stats)
 
@@ -75,14 +75,17 @@ def build_workflow(
 
     grader = _grader(settings, index, llms, evaluator, model_wanted=pick(settings.grader.kind),
                      cache=grade_cache)
-    rewriter: QueryRewriter = LLMRewriter(llms.llm) if pick(settings.rewriter.kind) else KeywordRewriter()
+    limit = settings.llm  # each purpose's reply-length limit
+    rewriter: QueryRewriter = (
+        LLMRewriter(llms.llm, max_tokens=limit.max_tokens_rewrite) if pick(settings.rewriter.kind) else KeywordRewriter()
+    )
     synthesizer: Synthesizer = (
-        LLMSynthesizer(llms.llm)
+        LLMSynthesizer(llms.llm, max_tokens=limit.max_tokens_answer)
         if pick(settings.synthesizer.kind)
         else ExtractiveSynthesizer(max_sentences=settings.synthesizer.max_sentences)
     )
     kind = settings.decomposer.kind
-    decomposer = LLMDecomposer(llms.llm) if pick(kind) else None if kind == "none" else RuleDecomposer(index.term_stats)
+    decomposer = LLMDecomposer(llms.llm, max_tokens=limit.max_tokens_decompose) if pick(kind) else None if kind == "none" else RuleDecomposer(index.term_stats)
     defaults = dict(
         retriever=_summary_retriever(settings, index, embed_model, llms, components)
         if settings.retriever.kind == "summary"
@@ -99,7 +102,8 @@ def build_workflow(
         ),
         rewriter=rewriter,
         # A follow-up is made standalone as questions are rewritten: by the model when asked for.
-        condenser=LLMCondenser(llms.llm) if pick(settings.rewriter.kind) else RuleCondenser(),
+        condenser=LLMCondenser(llms.llm, max_tokens=limit.max_tokens_condense)
+        if pick(settings.rewriter.kind) else RuleCondenser(),
         decomposer=decomposer,
         web_search=_web_search(settings),
         synthesizer=synthesizer,
@@ -122,6 +126,7 @@ def build_workflow(
         speculative_rewrite=settings.rewriter.speculative,
         speculative_refine=settings.refiner.speculative,
         timeout=settings.run.timeout,
+        fallback_seconds=settings.run.fallback_seconds,
         budget=settings.budget,
         price_in=settings.llm.price_in,
         price_out=settings.llm.price_out,
@@ -134,13 +139,9 @@ def warm_up_workflow(workflow: object, index: ChunkIndex | None = None) -> None:
     """Load every model, store and table the workflow's components (and `index`) would
     otherwise load in their first step; each component's `warm_up`, where it has one.
 
-    Cheap when done already: `crag serve` calls it on whatever workflow it was given. The
-    first time in a process, what is loaded then is frozen out of the garbage collector's full
-    passes, which run on the event loop's thread, and those passes are made rarer
-    (`crag._offload.settle_heap`: process-wide, as `gc.freeze` and `gc.set_threshold` are).
+    Cheap when done already: `crag serve` calls it on whatever workflow it was given.
     """
     warm_up(index, *(getattr(workflow, name, None) for name in COMPONENTS))
-    settle_heap()
 
 
 # The attributes under which crag's workflows (corrective and plain) keep their components.
@@ -160,10 +161,12 @@ def _grader(
     options = settings.grader
     if options.kind != "cascade" and not model_wanted:
         return evaluator
-    model: Grader = LLMGrader(llms.llm, fallback=evaluator, concurrency=options.concurrency)
+    model: Grader = LLMGrader(
+        llms.llm, fallback=evaluator, concurrency=options.concurrency, max_tokens=settings.llm.max_tokens_grade
+    )
     version = prompt_version(GRADE_PROMPT)
     if options.batch:
-        model = BatchLLMGrader(llms.llm, per_chunk=model)
+        model = BatchLLMGrader(llms.llm, per_chunk=model, max_tokens=settings.llm.max_tokens_batch_grade)
         version = prompt_version(BATCH_GRADE_PROMPT, GRADE_PROMPT)
     if settings.cache.enabled and cache is None and index.path is not None:
         cache = GradeCache(index.path / GRADE_CACHE_FILE, max_entries=settings.cache.max_entries)

@@ -10,7 +10,7 @@ the run records); every run, from any door, starts through one `RunService` (cra
     POST /v1/chat/completions          the OpenAI-compatible door (openai_api.py), model "crag";
     POST /v1/completions               the legacy door asks its prompt as a chat (openai_legacy.py)
     GET  /v1/models[/crag]
-    /mcp                               the MCP door (mcp_route.py), streamable HTTP, with crag[mcp]
+    /mcp                               the MCP door (mcp_route.py), streamable HTTP, with crag-workflows[mcp]
 
     guard.py       Host/Origin, body size, no outside events (middleware); auth.py the API key
     admission.py   at most max_runs in flight; upkeep.py health probes, pruning, orphans
@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from workflows.plugins.basic import BasicRuntime
 
 from crag import text
-from crag._offload import SERVING_THRESHOLDS
+from crag._offload import settle_heap
 from crag.app.mcp_engine import Engine
 from crag.app.runs import WORKFLOW_NAME, RunService
 from crag.app.server.admission import Admission
@@ -160,18 +160,18 @@ class _Plain:
 
 
 def tune_collector() -> None:
-    """Freeze what the server loaded, once everything is loaded.
+    """Freeze what the server loaded, once everything is loaded: `crag serve` owns its process.
 
     What exists now (the index, the models, the libraries, the server) is frozen out of the
     garbage collector's view after one full collection, so that its full passes stop walking
-    it; the first workflow made them rarer too (`crag._offload.settle_heap`). Under
-    benchmarks/throughput.py the two cut the server's CPU per question by about a sixth
-    (figures in docs/measured.md). A workflow replaced by a reload is not frozen, so it is
-    collected.
+    it, and those passes are made rarer (`crag.settle_heap`, which also turns the collector
+    back on: `crag serve` held it off while loading). Under benchmarks/throughput.py the two
+    cut the server's CPU per question by about a sixth (figures in docs/measured.md). A
+    workflow replaced by a reload is not frozen, so it is collected. `build_server` leaves
+    the collector alone, for an app that mounts crag's.
     """
     gc.collect()
-    gc.freeze()
-    gc.set_threshold(*SERVING_THRESHOLDS)  # set already, unless the workflow was built elsewhere
+    settle_heap()
 
 
 def serve(settings: Settings) -> None:

@@ -7,7 +7,7 @@ The tools run through the server's `RunService`, as every door does: `ask` is ad
 recorded and listed like a run from any other door (its trace at `/handlers/{id}/trace`
 too), and `search` waits for a run place. `ingest` is not offered here (writes go through
 `crag ingest`, which the reload then picks up). Without the `mcp` package there is no `/mcp`:
-`crag[mcp]` adds it.
+`crag-workflows[mcp]` adds it.
 """
 
 from __future__ import annotations

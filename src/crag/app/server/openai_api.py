@@ -161,6 +161,9 @@ class _Reply:
             "question": result.query,
             "asked": result.trace.asked,
             "degraded": result.degraded,
+            # the whole cost record: `estimated` says whether `usage` holds counts made here
+            # (a server that reported none) beside the server's own
+            "cost": result.cost.model_dump(mode="json"),
         }
 
     def _head(self, kind: str) -> dict[str, Any]:
@@ -191,6 +194,7 @@ def sources_text(result: CragResult) -> str:
 
 
 def usage(result: CragResult) -> dict[str, int]:
-    """The run's model tokens (0 offline: no model was asked)."""
+    """The run's model tokens (0 offline: no model was asked); where the server reported none,
+    counted here, which the `crag` field's `cost.estimated` says."""
     tokens_in, tokens_out = result.cost.tokens_in, result.cost.tokens_out
     return {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}

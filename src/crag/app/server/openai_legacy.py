@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Message
 
 from crag.app.server.openai_errors import openai_error
-from crag.app.server.openai_request import BadRequest, refuse_unsupported
+from crag.app.server.openai_request import BadRequest, json_object, refuse_unsupported
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -38,12 +38,7 @@ _PASSED_ON = ("model", "stream", "stream_options")  # read by the chat door, whi
 
 def chat_body(body: bytes) -> bytes:
     """The chat request that asks a legacy request's prompt, or `BadRequest` naming its field."""
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError):
-        raise BadRequest("The request body is not valid JSON; send a JSON object.") from None
-    if not isinstance(payload, dict):
-        raise BadRequest("The request body must be a JSON object.")
+    payload = json_object(body)
     prompt = payload.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]  # one prompt in a list: the usual way some clients send one

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from crag.events import Turn
 
@@ -40,14 +41,20 @@ class ChatRequest:
     include_usage: bool = False
 
 
-def parse(body: bytes) -> ChatRequest:
-    """The request in `body`, or `BadRequest`."""
+def json_object(body: bytes) -> dict[str, Any]:
+    """The JSON object in a request's `body`, or `BadRequest`."""
     try:
         payload = json.loads(body)
     except (ValueError, RecursionError):
         raise BadRequest("The request body is not valid JSON; send a JSON object.") from None
     if not isinstance(payload, dict):
         raise BadRequest("The request body must be a JSON object.")
+    return payload
+
+
+def parse(body: bytes) -> ChatRequest:
+    """The request in `body`, or `BadRequest`."""
+    payload = json_object(body)
     model = payload.get("model")
     if not isinstance(model, str):
         raise BadRequest("'model' is required, a string: use \"crag\".", param="model")

@@ -18,26 +18,27 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from crag._compat.llama_agents import handler_data_from_persistent
-from crag.app.runs import WORKFLOW_NAME, RunRefused, RunService
+from crag.app.runs import WORKFLOW_NAME, Run, RunRefused, RunService
 
 
 def run_routes(service: RunService) -> list[Route]:
     """The two run routes of the served workflow, `WORKFLOW_NAME`."""
 
-    async def run_nowait(request: Request) -> JSONResponse:
+    async def started(request: Request) -> Run | JSONResponse:
         try:
             start, handler_id = await _run_request(request, service)
-            run = await service.start(start, handler_id=handler_id)
+            return await service.start(start, handler_id=handler_id)
         except RunRefused as refused:
             return refusal(refused)
-        return JSONResponse(run.record.model_dump())
+
+    async def run_nowait(request: Request) -> JSONResponse:
+        run = await started(request)
+        return run if isinstance(run, JSONResponse) else JSONResponse(run.record.model_dump())
 
     async def run_and_wait(request: Request) -> JSONResponse:
-        try:
-            start, handler_id = await _run_request(request, service)
-            run = await service.start(start, handler_id=handler_id)
-        except RunRefused as refused:
-            return refusal(refused)
+        run = await started(request)
+        if isinstance(run, JSONResponse):
+            return run
         try:
             await run.result()
         except Exception:  # noqa: BLE001, S110 - failed, cancelled or timed out: the record says which

@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from crag._bounded import StoreTimeout, given_up_after
+from crag._logs import Outages
 
 ORPHANED = "the server running it stopped (or could not record its end) before the run finished; ask again"
 PROBE_TIMEOUT = 2.0
@@ -214,12 +215,18 @@ class Upkeep:
 
     async def run_forever(self, every: float, prune_every: float = 60.0) -> None:
         last_prune = 0.0
+        # A store that is down fails every beat (a few a second in tests): said once, then
+        # once a minute, and when it works again (crag._logs).
+        outages = Outages(lambda line: print(f"crag: {line}", flush=True))
         while True:
             for job in (self.beat_and_sweep, *((self.prune,) if time.monotonic() - last_prune > prune_every else ())):
+                what = f"upkeep ({job.__name__})"
                 try:
                     await job()
                 except Exception as exc:  # noqa: BLE001 - upkeep must outlive a bad moment
-                    print(f"crag: upkeep ({job.__name__}) failed: {type(exc).__name__}: {exc}", flush=True)
+                    outages.failed(what, f"{type(exc).__name__}: {exc}")
+                else:
+                    outages.passed(what)
             if time.monotonic() - last_prune > prune_every:
                 last_prune = time.monotonic()
             await asyncio.sleep(every)

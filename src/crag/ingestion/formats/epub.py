@@ -2,12 +2,13 @@
 
 Read with the standard library (zipfile, ElementTree, HTMLParser), as .docx is: an EPUB is a
 zip of XHTML pages listed in order by one XML package file, and ebooklib would bring lxml
-(15 MB) for what is a few dozen lines here.
+(15 MB) for what is a few dozen lines here. Every member is read against one budget of
+unpacked bytes (`crag.ingestion.formats.archive`): five chapters of 150 MB each passed a
+per-member limit.
 """
 
 from __future__ import annotations
 
-import io
 import posixpath
 import zipfile
 import zlib
@@ -20,6 +21,7 @@ from llama_index.core.schema import Document
 
 from crag.errors import IngestError
 from crag.ingestion.formats import doc_id, require_bytes, short_reason
+from crag.ingestion.formats.archive import Unpacker, open_zip
 from crag.ingestion.formats.html import html_text
 
 _OPF = "{http://www.idpf.org/2007/opf}"
@@ -29,7 +31,6 @@ _XHTML = "{http://www.w3.org/1999/xhtml}"
 _CONTAINER = "{urn:oasis:names:tc:opendocument:xmlns:container}"
 _NCX_TYPE = "application/x-dtbncx+xml"
 _PAGES = {"application/xhtml+xml", "text/html"}
-_MAX_UNPACKED = 200 * 1024 * 1024  # a zip bomb is refused before it is inflated
 _DAMAGED = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, ElementTree.ParseError, KeyError,
             OSError, ValueError, EOFError, RuntimeError, NotImplementedError)
 
@@ -59,22 +60,23 @@ def read_epub(path: Path, data: bytes) -> Iterator[Document]:
 def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str]:
     """[(chapter title, text)] in spine order, and the book's title."""
     try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
+        archive = open_zip(path, data)
     except zipfile.BadZipFile:
         raise IngestError(f"{path} is not an EPUB (not a zip archive; damaged, or another "
                           "format renamed); export it again as .epub.") from None
     with archive:
         names = set(archive.namelist())  # looked up once per chapter
-        container = _xml(path, archive, "META-INF/container.xml")
+        unpacker = Unpacker(path, archive)  # one budget for every member the book is read from
+        container = _xml(unpacker, "META-INF/container.xml")
         rootfile = container.find(f".//{_CONTAINER}rootfile")
         opf_name = rootfile.get("full-path", "") if rootfile is not None else ""
         if not opf_name or opf_name not in names:
             raise IngestError(f"{path} is a zip archive but not a readable EPUB (its package "
                               f"file {opf_name or '(none named)'} is missing); export it again.")
-        package = _xml(path, archive, opf_name)
+        package = _xml(unpacker, opf_name)
         base = posixpath.dirname(opf_name)
         items = {i.get("id"): i for i in package.iter(f"{_OPF}item")}
-        toc = _toc(path, archive, names, base, items)
+        toc = _toc(unpacker, names, base, items)
         book_title = " ".join((package.findtext(f".//{_DC}title") or "").split())
         chapters = []
         for ref in package.iter(f"{_OPF}itemref"):
@@ -86,7 +88,7 @@ def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str]:
             name = _resolve(base, item.get("href", ""))
             if name not in names:
                 continue
-            _, text, heading = html_text(_read(path, archive, name).decode("utf-8", "replace"))
+            _, text, heading = html_text(unpacker.read(name).decode("utf-8", "replace"))
             section = toc.get(name) or heading
             body = text.strip()
             if heading and body.startswith(heading):
@@ -95,7 +97,7 @@ def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str]:
     return chapters, book_title
 
 
-def _toc(path: Path, archive: zipfile.ZipFile, names: set[str], base: str, items: dict) -> dict[str, str]:
+def _toc(unpacker: Unpacker, names: set[str], base: str, items: dict) -> dict[str, str]:
     """Chapter titles by file, from the EPUB 3 nav document or the EPUB 2 NCX (first wins)."""
     titles: dict[str, str] = {}
     for item in items.values():
@@ -104,7 +106,7 @@ def _toc(path: Path, archive: zipfile.ZipFile, names: set[str], base: str, items
         if name not in names or not (is_nav or item.get("media-type") == _NCX_TYPE):
             continue
         try:  # a table of contents that is not well-formed XML: chapters keep their headings
-            tree = _xml(path, archive, name)
+            tree = _xml(unpacker, name)
         except ElementTree.ParseError:
             continue
         if is_nav:
@@ -126,13 +128,9 @@ def _resolve(base: str, href: str) -> str:
     return posixpath.normpath(posixpath.join(base, unquote(href.split("#", 1)[0])))
 
 
-def _read(path: Path, archive: zipfile.ZipFile, name: str) -> bytes:
-    if archive.getinfo(name).file_size > _MAX_UNPACKED:
-        raise IngestError(f"{path}: {name} unpacks to over 200 MB; leave the book out.")
-    return archive.read(name)
-
-
-def _xml(path: Path, archive: zipfile.ZipFile, name: str) -> ElementTree.Element:
-    if name not in archive.namelist():
-        raise IngestError(f"{path} is a zip archive but not an EPUB (no {name}); export it again.")
-    return ElementTree.fromstring(_read(path, archive, name))
+def _xml(unpacker: Unpacker, name: str) -> ElementTree.Element:
+    try:
+        unpacker.archive.getinfo(name)
+    except KeyError:
+        raise IngestError(f"{unpacker.path} is a zip archive but not an EPUB (no {name}); export it again.") from None
+    return ElementTree.fromstring(unpacker.read(name))

@@ -70,8 +70,8 @@ def _extract(path: Path, data: bytes) -> tuple[list[str], list[str], str, list[s
     except IngestError:
         raise
     except DependencyError:  # AES: pypdf decrypts it only with the cryptography package
-        raise IngestError(f"{path} is encrypted with AES, which needs the cryptography package "
-                          "(pip install cryptography), or a copy saved without encryption "
+        raise IngestError(f"{path} is encrypted with AES, which needs the aes extra "
+                          "(pip install 'crag-workflows[aes]'), or a copy saved without encryption "
                           "(`qpdf --decrypt`).") from None
     except FileNotDecryptedError:
         raise IngestError(f"{path} is encrypted (it needs a password); save a copy "
@@ -168,7 +168,12 @@ def join_hyphenated(text: str) -> str:
 
 def drop_running_lines(pages: list[str]) -> list[str]:
     """The pages without their running headers and footers: a first or last line that, with its
-    digits ignored ("Page 3 of 9"), is the first or last line of more than half the pages."""
+    digits ignored ("Page 3 of 9"), is the first or last line of more than half the pages.
+
+    A page left with nothing but such lines keeps them: there they are its text, not its
+    header. A 4-page PDF repeating one line, and 6 image pages each captioned "Background",
+    had all their text dropped, and were ingested as files with no chunks.
+    """
     if len(pages) < 3:
         return pages
     edges = [_edges(text) for text in pages]
@@ -176,7 +181,7 @@ def drop_running_lines(pages: list[str]) -> list[str]:
     running = {key for key, n in seen.items() if n > len(pages) / 2}
     if not running:
         return pages
-    return [_without(text, running) for text in pages]
+    return [kept if kept.strip() else text for text in pages for kept in [_without(text, running)]]
 
 
 def _edges(text: str) -> list[str]:

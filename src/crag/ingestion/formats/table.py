@@ -39,9 +39,26 @@ def read_table(path: Path, data: bytes) -> Iterator[Document]:
         yield _document(path, header_line[1], group, number)
 
 
+def row_groups(rows: list[str], limit: int = GROUP_CHARS) -> Iterator[str]:
+    """A table given as lines, its first the header, in groups of rows under `limit` characters,
+    each group led by the header and each row a paragraph (a sentence of its own): how a
+    Word table is kept, as a CSV's rows are."""
+    header, group = rows[0], []
+    for row in rows[1:]:
+        group.append(row)
+        if sum(len(text) + 1 for text in group) >= limit:
+            yield "\n\n".join([header, *group])
+            group = []
+    if group or len(rows) == 1:
+        yield "\n\n".join([header, *group])
+
+
 def _rows(path: Path, lines: list[str]) -> list[tuple[int, str]]:
     """(line number, line) of each non-empty record, checked to parse as one."""
-    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    header = next((line for line in lines if line.strip()), "")
+    # Excel's "Unicode text" is tab-separated whatever the file is called.
+    tabs = path.suffix.lower() == ".tsv" or ("\t" in header and "," not in header)
+    delimiter = "\t" if tabs else ","
     try:
         # Only checked: a quoted field holding a newline is rare in the tables people keep,
         # and the line as written is what a reader of the file would quote.

@@ -6,7 +6,6 @@ import json
 import re
 from collections.abc import Sequence
 
-from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.llms import LLM
 from llama_index.core.schema import NodeWithScore
 
@@ -14,21 +13,30 @@ from crag._offload import warm_up
 from crag.errors import GradeParseError
 from crag.events import Grade
 from crag.interfaces import Grader
+from crag.models.replies import ask
 from crag.prompts import BATCH_GRADE_PROMPT
+from crag.steps.grading.llm import unusable
 from crag.trace import note_degraded
 
-_LIST = re.compile(r"\[[^\[\]]*\]", re.S)
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.S)
 
 
 def parse_batch_grades(reply: str, count: int) -> list[float]:
-    """Read a JSON list of `count` 0-10 ratings from a reply; raise GradeParseError otherwise."""
-    match = _LIST.search(reply)
-    if not match:
-        raise GradeParseError(f"no JSON list in batch reply {reply[:80]!r}")
+    """Read a JSON list of `count` 0-10 ratings that is the whole reply (a ```json fence
+    allowed); raise GradeParseError otherwise: prose around the list, a list of another
+    length, anything but numbers in range."""
+    text = reply.strip()
+    fenced = _FENCE.fullmatch(text)
+    if fenced:
+        text = fenced.group(1)
+    if not (text.startswith("[") and text.endswith("]")):
+        raise GradeParseError(f"the batch reply is not a JSON list alone: {' '.join(reply.split())[:80]!r}")
     try:
-        values = json.loads(match.group(0))
-    except json.JSONDecodeError as exc:
-        raise GradeParseError(f"batch reply is not a JSON list ({exc.msg}): {reply[:80]!r}") from None
+        values = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise GradeParseError(f"batch reply is not a JSON list ({getattr(exc, 'msg', exc)}): {reply[:80]!r}") from None
+    if not isinstance(values, list):
+        raise GradeParseError(f"the batch reply is not a JSON list: {reply[:80]!r}")
     if len(values) != count:
         raise GradeParseError(f"batch reply rates {len(values)} documents, not {count}")
     scores: list[float] = []
@@ -44,8 +52,9 @@ class BatchLLMGrader:
 
     name = "llm-batch"
 
-    def __init__(self, llm: LLM, per_chunk: Grader, *, max_chars: int = 1500) -> None:
+    def __init__(self, llm: LLM, per_chunk: Grader, *, max_chars: int = 1500, max_tokens: int | None = 128) -> None:
         self.llm = llm
+        self.max_tokens = max_tokens
         self.per_chunk = per_chunk
         self.max_chars = max_chars
 
@@ -60,10 +69,10 @@ class BatchLLMGrader:
         )
         prompt = BATCH_GRADE_PROMPT.format(query=query, count=len(chunks), documents=documents)
         try:
-            reply = await self.llm.achat([ChatMessage(role="user", content=prompt)])
-            scores = parse_batch_grades(reply.message.content or "", len(chunks))
+            reply = await ask(self.llm, prompt, max_tokens=self.max_tokens, purpose="batch grade")
+            scores = parse_batch_grades(reply, len(chunks))
         except Exception as exc:  # noqa: BLE001 - any failure: grade chunk by chunk instead
-            reason = str(exc) if isinstance(exc, GradeParseError) else type(exc).__name__
+            reason = unusable(exc)
             note_degraded(f"batch grading unusable ({reason}); graded chunk by chunk")
             return await self.per_chunk.grade(query, chunks)
         return [Grade(chunk_id=c.node.node_id, score=s, grader=self.name) for c, s in zip(chunks, scores)]

@@ -1,0 +1,107 @@
+"""Opening a file to ingest: refused by what `stat` says before a byte is read (a pipe, a
+device, a socket, a sparse file, one over `ingest.max_file_mb`), then read in bounded pieces.
+
+A 3 GB sparse .txt takes no disk and was read whole (6.3 GB of memory) before it was found to
+be binary; a named pipe would wait for a writer forever. Both are refused by type and size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from crag.config import IngestSettings
+from crag.errors import IngestError
+
+MB = 1024 * 1024
+PIECE = MB  # bytes read at a time
+SPARSE_RATIO = 8
+"""A file whose disk blocks hold less than 1/8 of its length is sparse: holes, not data. A
+compressing file system (ZFS, btrfs) stores text in about a third of its length, well above."""
+_SPECIAL = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+            (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file that is not a regular one is ("a named pipe", "a device"...); None for a
+    regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in _SPECIAL if test(mode)), "not a regular file")
+
+
+def refusal(path: Path, status: os.stat_result, limits: IngestSettings) -> str | None:
+    """Why `path` must not be read, from its `stat` alone; None when it may be."""
+    kind = special_kind(status.st_mode)
+    if kind is not None:
+        return f"{path} is {kind}, not a regular file; reading it could wait forever. Leave it out."
+    size = status.st_size
+    on_disk = getattr(status, "st_blocks", None)
+    if on_disk is not None and size > MB and on_disk * 512 * SPARSE_RATIO < size:
+        return (f"{path} is a sparse file ({_mb(size)} long, {_mb(on_disk * 512)} on disk): "
+                "mostly holes, not a document. Leave it out.")
+    if size > limits.max_file_mb * MB:
+        return (f"{path} is {_mb(size)}, over ingest.max_file_mb ({limits.max_file_mb:g} MB); "
+                "split it, or raise the limit.")
+    return None
+
+
+def open_checked(path: Path, limits: IngestSettings) -> BinaryIO:
+    """`path` opened for reading, or an `IngestError` saying why it may not be read."""
+    try:
+        # Non-blocking: a pipe put where the walk saw a file must not hold the open itself.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    try:
+        reason = refusal(path, os.fstat(fd), limits)
+    except OSError as exc:
+        os.close(fd)
+        raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    if reason is not None:
+        os.close(fd)
+        raise IngestError(reason)
+    return os.fdopen(fd, "rb")
+
+
+def file_digest(path: Path, limits: IngestSettings) -> str:
+    """The SHA-256 of the file's bytes, read a piece at a time."""
+    digest = hashlib.sha256()
+    _each_piece(path, limits, digest.update)
+    return digest.hexdigest()
+
+
+def read_checked(path: Path, limits: IngestSettings) -> tuple[bytes, str]:
+    """The file's bytes and their SHA-256; a file that grows past the limit as it is read is
+    refused all the same."""
+    pieces: list[bytes] = []
+    digest = hashlib.sha256()
+
+    def keep(piece: bytes) -> None:
+        pieces.append(piece)
+        digest.update(piece)
+
+    _each_piece(path, limits, keep)
+    return b"".join(pieces), digest.hexdigest()
+
+
+def _each_piece(path: Path, limits: IngestSettings, use: Callable[[bytes], object]) -> None:
+    seen = 0
+    with open_checked(path, limits) as file:
+        try:
+            while piece := file.read(PIECE):
+                seen += len(piece)
+                if seen > limits.max_file_mb * MB:
+                    raise IngestError(f"{path} grew past ingest.max_file_mb ({limits.max_file_mb:g} MB) "
+                                      "as it was read; leave it out, or raise the limit.")
+                use(piece)
+        except OSError as exc:
+            raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+
+
+def _mb(size: int) -> str:
+    return f"{size / MB:,.0f} MB" if size >= MB else f"{size:,} bytes"
