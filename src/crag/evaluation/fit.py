@@ -90,20 +90,8 @@ def _retrieved(data: Path, name: str, drop: float, seed: int, cache: Path | None
              [(c.node.node_id, c.node.get_content(), dict(c.node.metadata)) for c in r.chunks]) for r in retrievals]
     if stored:
         stored.parent.mkdir(parents=True, exist_ok=True)
-        stored.write_bytes(pickle.dumps((_frequencies(index.term_stats), rows)))
+        stored.write_bytes(pickle.dumps((index.term_stats.to_dict(), rows)))
     return index.term_stats, [(q, a, g, [_node(*c) for c in cs]) for q, a, g, cs in rows]
-
-
-def _frequencies(stats: TermStats) -> dict[str, object]:
-    """`stats.to_dict()`, past the vocabulary entries that have no frequency (terms of the
-    removed gold passages, whose vocabulary the index keeps)."""
-    freq = {}
-    for term in stats.doc_freq:
-        try:
-            freq[term] = stats.doc_freq[term]
-        except IndexError:
-            continue
-    return {"num_docs": stats.num_docs, "doc_freq": freq}
 
 
 def _node(node_id: str, text: str, metadata: dict) -> NodeWithScore:
