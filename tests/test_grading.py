@@ -7,7 +7,14 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from crag import Settings, Verdict
 from crag.events import Grade
-from crag.steps.grading import LexicalEvaluator, LLMGrader, decide_verdict
+from crag.steps.grading import (
+    RATING_THRESHOLDS,
+    CascadeGrader,
+    LexicalEvaluator,
+    LLMGrader,
+    decide_verdict,
+    thresholds_of,
+)
 from crag.steps.grading.features import NAMES
 from crag.steps.grading.learned import LogisticModel, shipped_model
 from crag.testing import FakeLLM
@@ -150,11 +157,22 @@ async def test_hand_set_weights_remain_for_comparison() -> None:
     assert [g.score for g in graded] == [evaluator.score(question, t) for t in CORPUS]
 
 
-def test_features_are_named_in_the_weights_file_and_the_defaults_are_its_thresholds() -> None:
+def test_features_are_named_in_the_weights_file_with_the_figures_they_were_fitted_with() -> None:
     model = shipped_model()
     assert model.features == NAMES
-    assert (Settings.load(env={}).grader.upper, Settings.load(env={}).grader.lower) == (model.upper, model.lower)
     assert model.about["cross_validated"], "the file carries the cross-validated figures it was fitted with"
+
+
+def test_each_grader_reads_its_scores_with_its_own_thresholds_unless_the_settings_set_them() -> None:
+    stats = TermStats.from_texts(CORPUS)
+    evaluator, model = LexicalEvaluator(stats), shipped_model()
+    llm = LLMGrader(FakeLLM(reply=lambda prompt: "8"), fallback=evaluator)
+    assert (Settings.load(env={}).grader.upper, Settings.load(env={}).grader.lower) == (None, None)
+    assert thresholds_of(evaluator) == (model.upper, model.lower)  # fitted with its weights
+    assert thresholds_of(LexicalEvaluator(stats, model="hand-set")) == RATING_THRESHOLDS
+    assert thresholds_of(llm) == RATING_THRESHOLDS == (0.677, 0.327)  # "7/10" and up is Correct
+    assert thresholds_of(CascadeGrader(evaluator, llm, band=(0.3, 0.7))) == RATING_THRESHOLDS
+    assert thresholds_of(evaluator, 0.5, None) == (0.5, model.lower)  # a user's setting wins
 
 
 def test_weights_for_other_features_are_refused_with_the_command_that_refits_them() -> None:

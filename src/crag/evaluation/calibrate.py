@@ -48,7 +48,7 @@ from crag.evaluation.metrics import (
 from crag.evaluation.runner import build_index
 from crag.events import Grade
 from crag.index import ChunkIndex
-from crag.steps.grading import decide_verdict
+from crag.steps.grading import decide_verdict, thresholds_of
 
 Label = Literal["gold", "answer"]
 Objective = Literal["accuracy", "balanced"]
@@ -308,8 +308,8 @@ async def acalibrate_band(
         for r in retrievals:
             offline.append([g.score for g in await evaluator.grade(r.question.question, r.chunks)])
             model.append([g.score for g in await grader.grade(r.question.question, r.chunks)])
-    fit = fit_band(offline, model, upper=settings.grader.upper, lower=settings.grader.lower, target=target,
-                   batch=settings.grader.batch)
+    upper, lower = thresholds_of(grader, settings.grader.upper, settings.grader.lower)  # the model's verdicts
+    fit = fit_band(offline, model, upper=upper, lower=lower, target=target, batch=settings.grader.batch)
     return BandCalibration(
         band_low=fit.low, band_high=fit.high, target_agreement=target, agreement=fit.agreement,
         calls_per_question=fit.calls_per_question,

@@ -14,6 +14,7 @@ from crag._offload import off_loop
 from crag.events import Grade
 from crag.steps.grading.features import NAMES, Question, chunk_features
 from crag.steps.grading.learned import LogisticModel, shipped_model
+from crag.steps.grading.verdict import RATING_THRESHOLDS
 from crag.text import SPANS_KEY, TermStats, sentences, terms, weighted_coverage
 
 
@@ -67,6 +68,9 @@ class LexicalEvaluator:
         self.min_prefix = min_prefix
         self.named = named
         self.model = shipped_model() if model == "shipped" else None if model == "hand-set" else model
+        # The verdict's (upper, lower): fitted with the weights; the hand-set grade's were calibrated
+        # to the values a 0-10 rating is read with.
+        self.thresholds = (self.model.upper, self.model.lower) if self.model else RATING_THRESHOLDS
 
     def score(
         self, query: str, text: str, title: str | None = None, *, split: bool = True,
