@@ -1,4 +1,4 @@
-"""The offline relevance evaluator: no model, an absolute score in [0, 1] per chunk."""
+"""The offline relevance evaluator: no language model, a score in [0, 1] per chunk."""
 
 from __future__ import annotations
 
@@ -12,20 +12,21 @@ from llama_index.core.schema import NodeWithScore
 from crag import text
 from crag._offload import off_loop
 from crag.events import Grade
-from crag.steps.grading.features import NAMES, Question, chunk_features
+from crag.steps.grading.features import NAMES, Question, chunk_features, with_margins
 from crag.steps.grading.learned import LogisticModel, shipped_model
 from crag.steps.grading.verdict import RATING_THRESHOLDS
 from crag.text import SPANS_KEY, TermStats, sentences, terms, weighted_coverage
 
 
 class LexicalEvaluator:
-    """Offline relevance evaluator: no LLM, an absolute score in [0, 1] per chunk.
+    """Offline relevance evaluator: no LLM, a score in [0, 1] per chunk.
 
     A chunk's grade is a logistic regression over the `features.NAMES` of the (question,
     chunk) pair, fitted on the shared dev sets (`python -m crag.evaluation.fit`; its
     cross-validated figures are in docs/guide/evaluation.md): the probability that the chunk
-    is the question's gold passage. `score` is the hand-weighted relevance of a text, which
-    grades strips (the refiner) and chunks where `model="hand-set"`:
+    is the question's gold passage. All features but `window_margin` (how far the chunk leads
+    the others graded with it) are absolute. `score` is the hand-weighted relevance of a text,
+    which grades strips (the refiner) and chunks where `model="hand-set"`:
 
     It blends three coverages of the question's content terms, IDF-weighted:
     of the whole chunk (0.4), of its best two-sentence window (0.4), since an answer
@@ -152,7 +153,7 @@ class LexicalEvaluator:
             )
             for c in chunks
         ]
-        return np.array(rows, dtype=float).reshape(len(rows), len(NAMES))
+        return with_margins(np.array(rows, dtype=float).reshape(len(rows), len(NAMES) - 1))
 
 
 @lru_cache(maxsize=4096)
