@@ -1,4 +1,4 @@
-"""Graders: the offline evaluator judges absolute relevance; the LLM grader is concurrent and robust."""
+"""Graders: the offline evaluator judges relevance offline; the LLM grader is concurrent and robust."""
 
 from __future__ import annotations
 
@@ -141,13 +141,16 @@ async def test_a_chunk_is_graded_by_the_shipped_weights_as_the_probability_it_an
     assert graded[0].score >= model.upper > max(g.score for g in graded[1:])
 
 
-async def test_a_learned_grade_is_absolute_whatever_is_retrieved_beside_it() -> None:
+async def test_a_chunk_that_leads_those_graded_with_it_grades_higher_and_nothing_relevant_stays_low() -> None:
     evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS))
     question = "When was the Eiffel Tower completed?"
     alone = [(await evaluator.grade(question, chunks(text)))[0].score for text in CORPUS]
     together = [g.score for g in await evaluator.grade(question, chunks(*CORPUS))]
-    assert alone == together
-    assert max(together[1:]) < shipped_model().lower  # nothing about the question: Incorrect
+    assert together[0] > alone[0]  # the answering passage stands out from the other two
+    assert all(t <= a for t, a in zip(together[1:], alone[1:]))  # ... and they trail it
+    assert max(alone[1:]) < shipped_model().lower  # graded alone, nothing about the question: Incorrect
+    margins = evaluator.features(question, chunks(*CORPUS))[:, NAMES.index("window_margin")]
+    assert margins[0] > 0 > max(margins[1:]) and evaluator.features(question, chunks(CORPUS[0]))[0, -1] == 0.0
 
 
 async def test_hand_set_weights_remain_for_comparison() -> None:
