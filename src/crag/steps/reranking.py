@@ -1,6 +1,6 @@
 """Second-stage rerankers: the retriever fetches wide (`rerank_depth`), these keep the best `top_n`.
 
-- `LexicalReranker` (offline): the lexical evaluator's absolute relevance, plus a little of
+- `LexicalReranker` (offline): the lexical evaluator's relevance, plus a little of
   WordLlama's cosine and of the first-stage rank (weights measured by
   `benchmarks/rerank_probe.py` on the shared dev sets).
 - `LLMReranker`: llama-index's own `LLMRerank` (its choice-select prompt, "Doc: n, Relevance: s"),
