@@ -2,7 +2,7 @@
 
     python -m crag.evaluation.fit [--data ../shared/data] [--folds 5] [--seeds 0,1,2,3,4] [--write] [--json]
 
-A development tool (`pip install "crag[eval]"` for scikit-learn, which grading never needs).
+A development tool (`pip install "crag-workflows[eval]"` for scikit-learn, which grading never needs).
 The pairs are those `crag calibrate` grades: each question's retrieved chunks over an index
 from which the gold passages of half the questions were removed, once per seed (0-4: each
 seed drops other passages, so a question is seen with and without its gold), labelled "is the
