@@ -49,6 +49,14 @@ def test_a_gold_dropped_question_counts_once_when_its_best_grade_reaches_upper()
     assert measured["correct_without_gold"] == 0.5  # one of the two questions
 
 
+def test_the_ceiling_is_the_best_threshold_chosen_on_the_grades_themselves() -> None:
+    pairs = synthetic()
+    everywhere = np.ones(len(pairs.gold), bool)
+    separating = np.where(pairs.gold, 0.7, 0.2)
+    assert figures(pairs, everywhere, separating, 0.9)["best_balanced_accuracy"] == 1.0  # whatever upper was
+    assert figures(pairs, everywhere, 1.0 - separating, 0.5)["best_balanced_accuracy"] == 0.5  # no threshold helps
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_DATA / "squad-dev.jsonl").exists(), reason="shared data not checked out beside the repo")
 def test_the_shipped_weights_are_the_scripts_output_on_the_dev_sets() -> None:

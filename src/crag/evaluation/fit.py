@@ -172,7 +172,33 @@ def figures(pairs: Pairs, mask: np.ndarray, scores: np.ndarray, upper: np.ndarra
     return {"balanced_accuracy": round(report.balanced_accuracy or 0.0, 4), "accuracy": round(report.accuracy or 0.0, 4),
             "roc_auc": round(auc or 0.0, 4), "recall": round(report.recall or 0.0, 4), "pairs": int(len(labels)),
             "gold": int(labels.sum()),
-            "correct_without_gold": round(len(reached) / len(questions), 4) if len(questions) else 0.0}
+            "correct_without_gold": round(len(reached) / len(questions), 4) if len(questions) else 0.0,
+            "best_balanced_accuracy": round(_best_balanced_accuracy(labels, scores), 4),
+            "question_roc_auc": round(_question_auc(pairs, mask, scores), 4)}
+
+
+def _best_balanced_accuracy(labels: np.ndarray, scores: np.ndarray) -> float:
+    """The ceiling of a threshold: the best balanced accuracy of any one, chosen on these very grades."""
+    order = np.argsort(-scores, kind="stable")
+    y, s = labels[order], scores[order]
+    last = np.r_[s[1:] != s[:-1], True]  # a threshold takes every grade equal to it
+    tpr = np.cumsum(y)[last] / max(y.sum(), 1)
+    tnr = 1 - np.cumsum(~y)[last] / max((~y).sum(), 1)
+    return float(max(0.5, ((tpr + tnr) / 2).max())) if len(y) else 0.0
+
+
+def _question_auc(pairs: Pairs, mask: np.ndarray, scores: np.ndarray) -> float:
+    """ROC AUC of each question's best grade for "its gold passage was retrieved", over the
+    questions that either retrieved it or had it dropped: how well a verdict can be told."""
+    questions, at = np.unique(pairs.question[mask], return_inverse=True)
+    best = np.zeros(len(questions))
+    np.maximum.at(best, at, scores)
+    gold = np.zeros(len(questions), bool)
+    np.logical_or.at(gold, at, pairs.gold[mask])
+    dropped = np.zeros(len(questions), bool)
+    np.logical_or.at(dropped, at, pairs.dropped[mask])
+    told = gold | dropped
+    return binary_report(gold[told], best[told], 0.5).roc_auc or 0.0
 
 
 def report(pairs: Pairs, k: int, objective: Objective = "accuracy", seeds: Sequence[int] = SEEDS) -> dict[str, Any]:
@@ -205,6 +231,11 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(
             f"{100 * c['balanced_accuracy']:.1f}% / {c['roc_auc']:.3f} / {100 * c['correct_without_gold']:.1f}%"
             for c in cells) + " |")
+    lines += ["", "ceiling of the learned grade, cross-validated: the best balanced accuracy of any one threshold "
+              "chosen on the held-out grades themselves / ROC AUC of a question's best grade for \"its gold "
+              "passage was retrieved\": " + "; ".join(
+                  f"{name} {100 * cv['learned']['best_balanced_accuracy']:.1f}% / {cv['learned']['question_roc_auc']:.3f}"
+                  for name, cv in result["cross_validated"].items())]
     model = result["model"]
     lines += ["", f"shipped: upper = {model['upper']}, lower = {model['lower']}; weights " + ", ".join(
         f"{n} {w:+.2f}" for n, w in zip(model["features"], model["weights"])) + f", bias {model['bias']:+.2f}"]
