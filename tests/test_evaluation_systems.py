@@ -24,7 +24,7 @@ QUESTIONS, CORPUS = DATA / "eval_questions.jsonl", DATA / "eval_corpus.jsonl"
 
 def llm_graded_crag(settings: Settings, index: ChunkIndex):
     """A variant for `--systems`: CRAG with a (fake) LLM grading every chunk."""
-    llm = FakeLLM(reply=lambda prompt: "1")
+    llm = FakeLLM(reply=lambda prompt: "3")
     grader = LLMGrader(llm, fallback=LexicalEvaluator(index.term_stats))
     return build_workflow(settings, index=index, grader=grader)
 
@@ -89,7 +89,7 @@ def test_a_module_function_system_is_evaluated_with_its_llm_calls_counted(
     # One grading call per retrieved chunk (top 5), and per chunk a further hop retrieved
     # about the thing it names; nothing else uses the model.
     assert 5.0 <= all_["llm_calls_per_question"] <= 10.0
-    assert all_["verdicts"]["incorrect"] == 1.0  # "1" of 10 is below lower for every chunk
+    assert all_["verdicts"]["incorrect"] == 1.0  # "3" of 10 is below lower for every chunk
 
 
 def test_registered_systems_are_available_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
