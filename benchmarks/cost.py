@@ -179,7 +179,8 @@ async def run_set(name: str, args: argparse.Namespace, tmp: Path) -> list[ModeRe
             chunks = await retriever.retrieve(q.question)
             offline.append([g.score for g in await evaluator.grade(q.question, chunks)])
             graded.append([g.score for g in await grader.grade(q.question, chunks)])
-        limits = dict(upper=settings.grader.upper, lower=settings.grader.lower, target=args.target)
+        upper, lower = thresholds_of(grader, settings.grader.upper, settings.grader.lower)  # the model's
+        limits = dict(upper=upper, lower=lower, target=args.target)
         band = fit_band(offline, graded, **limits)
         batch_band = fit_band(offline, graded, batch=True, **limits)
         for kind, fit in (("per chunk", band), ("batch", batch_band)):

@@ -276,6 +276,13 @@ def test_a_bad_threshold_on_the_command_line_is_named(capsys: pytest.CaptureFixt
     assert "grader.lower (0.6) must not exceed grader.upper (0.3)" in message
 
 
+def test_a_lower_threshold_above_the_graders_own_upper_is_named(
+    capsys: pytest.CaptureFixture[str], index_dir: Path
+) -> None:
+    message = fails(capsys, "ask", "How long?", "--index", str(index_dir), "--lower", "0.99")
+    assert "lower threshold (0.99) must not exceed upper" in message and "(the grader's own)" in message
+
+
 def test_a_bad_setting_in_the_environment_is_named(
     capsys: pytest.CaptureFixture[str], index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

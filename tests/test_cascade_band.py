@@ -11,9 +11,9 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from crag.errors import ConfigError
 from crag.evaluation.cascade import band_result, fit_band
 from crag.events import Grade
-from crag.steps.grading import CascadeGrader, decide_verdict
+from crag.steps.grading import RATING_THRESHOLDS, CascadeGrader, decide_verdict
 
-UPPER, LOWER = 0.677, 0.327
+UPPER, LOWER = RATING_THRESHOLDS  # a cascade reads its grades on the model's scale
 
 
 class TableGrader:

@@ -161,9 +161,11 @@ async def test_the_hop_shows_what_it_ran_inside_as_sub_steps_in_the_trace_and_on
     assert "└ hop 1: grade" in page
 
 
-async def test_without_a_decomposer_the_same_question_misses_the_second_hop(corpus: Path) -> None:
+async def test_without_a_decomposer_the_same_question_takes_no_second_hop(corpus: Path) -> None:
     result = await crag.build_workflow(offline(corpus, decomposer={"kind": "none"})).run(query=BRIDGE)
-    assert "hop" not in result.steps and "books about beer and whisky" not in result.answer
+    # The second hop's passage may still reach the answer as a retrieved chunk above `lower`
+    # (an Ambiguous verdict keeps it), but no hop retrieves for the bridge.
+    assert "hop" not in result.steps
 
 
 async def test_a_simple_question_judged_correct_passes_through_without_a_search(corpus: Path) -> None:

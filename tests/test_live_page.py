@@ -20,6 +20,7 @@ from loopback import uvicorn_serving
 from crag import Settings, build_workflow
 from crag.app.server import build_server
 from crag.events import CragResult
+from crag.steps.grading.learned import shipped_model
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = BROWSER
@@ -123,7 +124,7 @@ def test_an_ambiguous_run_lights_up_in_order_both_branches_at_once_then_explains
     assert page.locator('.live path.edge.on[data-edge="WebKnowledgeEvent hop"]').count() == 1
     assert page.locator('.live path.edge.on[data-edge="KnowledgeEvent synthesize"]').count() == 1
     why = page.inner_text("#result .why")
-    assert why.startswith("Why: Ambiguous:") and "lower threshold 0.327" in why
+    assert why.startswith("Why: Ambiguous:") and f"lower threshold {shipped_model().lower:g}" in why
     assert page.inner_text("#result .answer") == result.answer
     # Before the explanation came, the answer grew in place, one streamed piece at a time.
     grown = page.evaluate("window.cragLive.grown")

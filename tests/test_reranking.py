@@ -98,7 +98,7 @@ async def test_ties_keep_first_stage_order(embed: WordLlamaEmbedding) -> None:
         LexicalEvaluator(TermStats.from_texts(TEXTS)), embed, top_n=3, cosine_weight=0.0, rank_weight=0.0
     )
     kept = await lexical_only.postprocess("nothing here matches", chunks_of(TEXTS[:4]))
-    assert {k.score for k in kept} == {0.0}
+    assert len({k.score for k in kept}) == 1  # every chunk the same (low) grade: a tie
     assert [k.node.node_id for k in kept] == ["c0", "c1", "c2"]
 
 

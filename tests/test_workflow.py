@@ -47,13 +47,12 @@ async def test_correct_answers_from_the_documents_without_searching_the_web(samp
 
 
 async def test_incorrect_discards_retrieval_and_answers_from_the_web(sample_settings: Settings) -> None:
-    result, steps, _ = await run_and_trace(
-        build_workflow(sample_settings), "Who invented the lithium-ion battery?"
-    )
+    workflow = build_workflow(sample_settings)
+    result, steps, _ = await run_and_trace(workflow, "Who invented the lithium-ion battery?")
     assert result.verdict is Verdict.INCORRECT
     assert set(steps) == {"retrieve", "postprocess", "grade", "rewrite", "web_search", "refine_web", "hop", "synthesize"}
     assert steps.index("grade") < steps.index("refine_web") and steps[-1] == "synthesize"
-    assert all(g.score < sample_settings.grader.lower for g in result.grades)
+    assert all(g.score < workflow.lower for g in result.grades)
     assert result.rewritten_query == "invented lithium ion battery"
     assert [s.id for s in result.sources] == ["web:lithium-ion-history"]
     assert "Goodenough" in result.answer and "[1]" in result.answer

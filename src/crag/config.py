@@ -137,9 +137,17 @@ class GraderSettings(_Section):
         "offline evaluator grades, and only chunks scoring inside [band_low, band_high) go to the model; "
         "auto: llm with a model, else lexical.",
     )
-    # Defaults fitted by `crag calibrate` on the three shared dev sets (see README, "Measured").
-    upper: float = Field(0.677, ge=0.0, le=1.0, description="Some chunk >= upper: Correct.")
-    lower: float = Field(0.327, ge=0.0, le=1.0, description="All chunks < lower: Incorrect.")
+    # Unset, each grader reads its scores with its own thresholds (`grading.thresholds_of`): the
+    # offline evaluator's are fitted with its weights (crag/steps/grading/evaluator.json), a
+    # model's 0-10 rating keeps 0.677 / 0.327. A value set here overrides them for any grader.
+    upper: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="Some chunk >= upper: Correct. Unset: the grader's own (offline evaluator: fitted; model: 0.677).",
+    )
+    lower: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="All chunks < lower: Incorrect. Unset: the grader's own (offline evaluator: fitted; model: 0.327).",
+    )
     cover: float = Field(
         0.6, ge=0.0, le=1.0,
         description="Correct also needs the kept chunks to cover this share of the question together.",
@@ -151,7 +159,7 @@ class GraderSettings(_Section):
 
     @model_validator(mode="after")
     def _ordered(self) -> GraderSettings:
-        if self.lower > self.upper:
+        if self.lower is not None and self.upper is not None and self.lower > self.upper:
             raise ValueError(f"grader.lower ({self.lower}) must not exceed grader.upper ({self.upper})")
         if self.band_low > self.band_high:
             raise ValueError(f"grader.band_low ({self.band_low}) must not exceed grader.band_high ({self.band_high})")

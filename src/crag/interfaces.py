@@ -33,7 +33,7 @@ class Postprocessor(Protocol):
 
 @runtime_checkable
 class Grader(Protocol):
-    """Scores every chunk's relevance to the query in [0, 1] (absolute, not relative)."""
+    """Scores every chunk's relevance to the query in [0, 1]: a grade a threshold can judge, not a rank."""
 
     async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]: ...
 

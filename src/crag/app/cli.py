@@ -102,8 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("question")
     p.add_argument("--index", type=Path)
     p.add_argument("--web-corpus", type=Path, help="folder or .jsonl searched as the web (offline)")
-    p.add_argument("--upper", type=float, help="grade at or above which retrieval is Correct")
-    p.add_argument("--lower", type=float, help="grade below which (for all chunks) it is Incorrect")
+    p.add_argument("--upper", type=float,
+                   help="grade at or above which retrieval is Correct (default: the grader's own)")
+    p.add_argument("--lower", type=float,
+                   help="grade below which (for all chunks) it is Incorrect (default: the grader's own)")
     p.add_argument("--top-k", type=int)
     p.add_argument("--retriever", choices=["hybrid", "vector", "bm25", "summary"], help="retriever kind")
     p.add_argument("--postprocess", metavar="STAGES",

@@ -48,9 +48,10 @@ from crag.evaluation.metrics import (
 from crag.evaluation.runner import build_index
 from crag.events import Grade
 from crag.index import ChunkIndex
-from crag.steps.grading import decide_verdict
+from crag.steps.grading import decide_verdict, thresholds_of
 
 Label = Literal["gold", "answer"]
+Objective = Literal["accuracy", "balanced"]
 
 
 @dataclass
@@ -116,9 +117,11 @@ async def label_chunks(retrievals: Sequence[Retrieval], grader: object) -> list[
 
 
 def fit_upper(
-    labels: Sequence[bool], scores: Sequence[float], *, target_precision: float | None = None
+    labels: Sequence[bool], scores: Sequence[float], *, target_precision: float | None = None,
+    objective: Objective = "accuracy",
 ) -> float:
-    """The upper threshold: best accuracy, or the lowest one reaching `target_precision`.
+    """The upper threshold: best accuracy (or balanced accuracy, the mean of the recalls of
+    both classes, with `objective="balanced"`), or the lowest one reaching `target_precision`.
 
     Thresholds are tried half-way between consecutive distinct scores, so a fitted value
     never sits exactly on a training score.
@@ -131,7 +134,11 @@ def fit_upper(
         raise ConfigError("No relevant chunk among the labelled pairs; nothing to calibrate on.")
     thresholds, tp, fp = _sweep(y, np.asarray(scores, dtype=float))
     if target_precision is None:
-        accuracy = (tp + (len(y) - y.sum() - fp)) / len(y)
+        negatives = len(y) - y.sum()
+        if objective == "balanced":
+            accuracy = (tp / y.sum() + (negatives - fp) / max(negatives, 1)) / 2
+        else:
+            accuracy = (tp + (negatives - fp)) / len(y)
         # Of equally accurate thresholds, the highest: a Correct verdict skips the web search.
         return float(thresholds[int(np.argmax(accuracy))])  # thresholds run high to low
     predicted = tp + fp
@@ -301,8 +308,8 @@ async def acalibrate_band(
         for r in retrievals:
             offline.append([g.score for g in await evaluator.grade(r.question.question, r.chunks)])
             model.append([g.score for g in await grader.grade(r.question.question, r.chunks)])
-    fit = fit_band(offline, model, upper=settings.grader.upper, lower=settings.grader.lower, target=target,
-                   batch=settings.grader.batch)
+    upper, lower = thresholds_of(grader, settings.grader.upper, settings.grader.lower)  # the model's verdicts
+    fit = fit_band(offline, model, upper=upper, lower=lower, target=target, batch=settings.grader.batch)
     return BandCalibration(
         band_low=fit.low, band_high=fit.high, target_agreement=target, agreement=fit.agreement,
         calls_per_question=fit.calls_per_question,

@@ -132,6 +132,8 @@ class EvalRun:
     index_seconds: float
     concurrency: int = 1
     per_system_seconds: dict[str, float] = field(default_factory=dict)
+    # Each grading system's (upper, lower), as its workflow reads its grader's scores.
+    thresholds: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def evaluate(options: EvalOptions, settings: Settings, *, progress: bool | None = None) -> EvalRun:
@@ -185,10 +187,13 @@ async def aevaluate(
 
         outcomes: list[Outcome] = []
         per_system: dict[str, float] = {}
+        thresholds: dict[str, tuple[float, float]] = {}
         bar = _progress_bar(len(systems) * len(questions), progress)
         try:
             for system in systems:
                 workflow = _instrument(system.build(settings, index))
+                if hasattr(workflow, "upper") and hasattr(workflow, "lower"):
+                    thresholds[system.name] = (workflow.upper, workflow.lower)
                 system_started = perf_counter()
                 outcomes += await _run_system(
                     system, workflow, questions, drop, nodes, concurrency, bar
@@ -208,6 +213,7 @@ async def aevaluate(
         index_seconds=index_seconds,
         concurrency=concurrency,
         per_system_seconds=per_system,
+        thresholds=thresholds,
     )
 
 

@@ -18,6 +18,7 @@ from crag.evaluation.metrics import (
     verdict_agreement,
 )
 from crag.evaluation.runner import EvalRun, Outcome
+from crag.steps.grading.verdict import thresholds_of
 
 SPLITS = ("all", "gold-present", "gold-dropped")
 
@@ -153,7 +154,9 @@ def _verdict_agreement(outcomes: Sequence[Outcome]) -> VerdictAgreement:
 def summarize(run: EvalRun) -> EvalReport:
     """The report of a finished evaluation."""
     settings = run.settings
-    upper = settings.grader.upper
+    configured = thresholds_of(None, settings.grader.upper, settings.grader.lower)
+    graded = [run.thresholds[s.name] for s in run.systems if s.grading and s.name in run.thresholds]
+    upper, lower = graded[0] if graded else configured  # the grader's own, unless the settings set them
     llm = settings.llm.configured
     grader_kind = (
         "llm"
@@ -171,7 +174,7 @@ def summarize(run: EvalRun) -> EvalReport:
             split: summarize_split(
                 [o for o in mine if split == "all" or o.split == split],
                 grading=system.grading,
-                upper=upper,
+                upper=run.thresholds.get(system.name, (upper, lower))[0],
                 multi_hop=multi_hop,
             )
             for split in SPLITS
@@ -194,7 +197,7 @@ def summarize(run: EvalRun) -> EvalReport:
         questions=len(run.questions),
         gold_dropped_questions=sum(run.drop.is_dropped(q) for q in run.questions),
         index_chunks=run.index_chunks,
-        grader={"kind": grader_kind, "upper": upper, "lower": settings.grader.lower},
+        grader={"kind": grader_kind, "upper": upper, "lower": lower},
         synthesizer=synth_kind,
         concurrency=run.concurrency,
         seconds=round(run.seconds, 3),

@@ -156,7 +156,9 @@ class ChunkTerms:
             return None
         model = bm25s.BM25()
         rows = np.split(self.ids, self.indptr[1:-1])
-        model.index(bm25s.tokenization.Tokenized([r.tolist() for r in rows], self.vocab), show_progress=False)
+        # bm25s adds its padding token "" to the vocabulary it is given: a copy, so this one holds
+        # only terms with a frequency (the term statistics iterate over it).
+        model.index(bm25s.tokenization.Tokenized([r.tolist() for r in rows], dict(self.vocab)), show_progress=False)
         return model
 
     def bm25(self) -> BM25:

@@ -1,6 +1,6 @@
 """Second-stage rerankers: the retriever fetches wide (`rerank_depth`), these keep the best `top_n`.
 
-- `LexicalReranker` (offline): the lexical evaluator's absolute relevance, plus a little of
+- `LexicalReranker` (offline): the lexical evaluator's relevance, plus a little of
   WordLlama's cosine and of the first-stage rank (weights measured by
   `benchmarks/rerank_probe.py` on the shared dev sets).
 - `LLMReranker`: llama-index's own `LLMRerank` (its choice-select prompt, "Doc: n, Relevance: s"),
@@ -228,26 +228,34 @@ class LLMReranker:
         limit = asyncio.Semaphore(self.concurrency)
         starts = range(0, len(chunks), self.batch_size)
 
-        async def one(start: int) -> tuple[list[float], str | None]:
+        async def one(start: int) -> tuple[list[float] | None, str | None]:
             batch = list(chunks[start : start + self.batch_size])
             try:
                 async with limit:
                     ranked = await self.reranker.apostprocess_nodes(batch, query_str=query)
             except Exception as exc:  # noqa: BLE001 - any model failure has the same remedy
                 reason = str(exc) if isinstance(exc, GradeParseError) else f"{type(exc).__name__}: {exc}"
-                return await self.fallback.scores(query, batch, first_rank=start), redact(reason)[:200]
+                return None, redact(reason)[:200]
             # LLMRerank hands back the very node objects it was given, scored 0-10.
             relevance = {id(r.node): (r.score or 0.0) / RELEVANCE_SCALE for r in ranked}
             return [relevance.get(id(c.node), 0.0) for c in batch], None
 
         results = await asyncio.gather(*(one(start) for start in starts))
         failures = [reason for _, reason in results if reason is not None]
+        offline: list[float] = []
         if failures:
             _note_degraded(
                 f"{len(failures)} of {len(results)} rerank batches unusable ({failures[0]}); "
                 f"scored by {self.fallback.name}"
             )
-        scores = [score for batch_scores, _ in results for score in batch_scores]
+            # Scored among all the candidates, as the offline reranker would score them: the
+            # evaluator's grade weighs how far a chunk leads the others graded with it.
+            offline = await self.fallback.scores(query, chunks)
+        scores = [
+            score
+            for start, (batch_scores, _) in zip(starts, results)
+            for score in (batch_scores if batch_scores is not None else offline[start : start + self.batch_size])
+        ]
         return _ranked(chunks, scores, self.top_n)
 
 

@@ -67,7 +67,7 @@ from crag.interfaces import (
 )
 from crag.steps.condensing import RuleCondenser
 from crag.steps.decomposition import RuleDecomposer, names_a_subject
-from crag.steps.grading import context_of, decide_verdict
+from crag.steps.grading import context_of, decide_verdict, thresholds_of
 from crag.steps.postprocessing import apply_postprocessors
 from crag.steps.rewriting import KeywordRewriter
 from crag.steps.synthesis import ExtractiveSynthesizer
@@ -88,7 +88,7 @@ from crag.workflows.explain import explain, no_web_note
 
 __all__ = ["MAX_QUERY_CHARS", "CorrectiveRAGWorkflow", "RunState"]
 
-_DEFAULT_GRADES = GraderSettings()  # thresholds calibrated on the dev sets (crag calibrate)
+_DEFAULT_GRADES = GraderSettings()  # the default `cover`; thresholds come from the grader (`thresholds_of`)
 
 # Which refined knowledge synthesis waits for, by verdict.
 _AWAITED = {
@@ -119,6 +119,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             (`crag.steps.postprocessing`); none passes them through.
         upper: some chunk scoring at least this makes the verdict Correct.
         lower: every chunk scoring below this makes it Incorrect; in between, Ambiguous.
+            Either left unset is the grader's own (`grading.thresholds_of`).
         decomposer: finds a compound question's further hops (`crag.steps.decomposition`);
             None answers from the first pass only.
         judge: scores how much of the question the kept chunks cover together
@@ -156,8 +157,8 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         web_search: WebSearch,
         synthesizer: Synthesizer,
         postprocessors: Sequence[Postprocessor] = (),
-        upper: float = _DEFAULT_GRADES.upper,
-        lower: float = _DEFAULT_GRADES.lower,
+        upper: float | None = None,
+        lower: float | None = None,
         decomposer: Decomposer | None = None,
         judge: CoverageJudge | None = None,
         cover: float = _DEFAULT_GRADES.cover,
@@ -170,8 +171,11 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        given = (upper, lower)
+        upper, lower = thresholds_of(grader, upper, lower)  # unset: the grader's own
         if lower > upper:
-            raise ConfigError(f"lower threshold ({lower}) must not exceed upper ({upper})")
+            whose = " (the grader's own)" if None in given else ""
+            raise ConfigError(f"lower threshold ({lower}) must not exceed upper ({upper}){whose}")
         self.retriever = retriever
         self.grader = grader
         self.refiner = refiner

@@ -1,6 +1,7 @@
 """Relevance graders and the verdict policy of the CRAG paper.
 
-- `verdict`: Correct, Incorrect or Ambiguous from the grades (`decide_verdict`);
+- `verdict`: Correct, Incorrect or Ambiguous from the grades (`decide_verdict`), read with
+  each grader's own thresholds (`thresholds_of`);
 - `lexical`: the offline evaluator (`LexicalEvaluator`), no model;
 - `llm`: a chat model grades each chunk (`LLMGrader`);
 - `batch`: one call grades all chunks (`BatchLLMGrader`);
@@ -13,7 +14,7 @@ from crag.steps.grading.cache import CachedGrader, prompt_version
 from crag.steps.grading.cascade import CascadeGrader
 from crag.steps.grading.lexical import LexicalEvaluator, context_of
 from crag.steps.grading.llm import LLMGrader, parse_grade
-from crag.steps.grading.verdict import decide_verdict, explain_verdict
+from crag.steps.grading.verdict import RATING_THRESHOLDS, decide_verdict, explain_verdict, thresholds_of
 
 __all__ = [
     "BatchLLMGrader",
@@ -21,10 +22,12 @@ __all__ = [
     "CascadeGrader",
     "LLMGrader",
     "LexicalEvaluator",
+    "RATING_THRESHOLDS",
     "context_of",
     "decide_verdict",
     "explain_verdict",
     "parse_batch_grades",
     "parse_grade",
     "prompt_version",
+    "thresholds_of",
 ]

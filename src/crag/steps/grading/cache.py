@@ -12,6 +12,7 @@ from crag.events import Grade
 from crag.index.grade_cache import AsyncGradeCache, GradeCache, grade_key
 from crag.interfaces import Grader
 from crag.prompts import GRADE_PROMPT
+from crag.steps.grading.verdict import thresholds_of
 from crag.trace import note_cache_hits
 
 
@@ -36,6 +37,7 @@ class CachedGrader:
         self.model = model
         self.version = version
         self.name = getattr(grader, "name", type(grader).__name__)
+        self.thresholds = thresholds_of(grader)  # a kept grade is read as the grader's own
 
     def warm_up(self) -> None:
         warm_up(self.grader)

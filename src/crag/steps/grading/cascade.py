@@ -9,6 +9,7 @@ from llama_index.core.schema import NodeWithScore
 from crag._offload import warm_up
 from crag.events import Grade
 from crag.interfaces import Grader
+from crag.steps.grading.verdict import thresholds_of
 
 
 class CascadeGrader:
@@ -24,6 +25,8 @@ class CascadeGrader:
         self.offline = offline
         self.model = model
         self.band = (low, high)
+        # The verdict reads the model's scale: the band sends it every grade near a threshold.
+        self.thresholds = thresholds_of(model)
 
     def warm_up(self) -> None:
         warm_up(self.offline, self.model)

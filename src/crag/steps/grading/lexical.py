@@ -1,22 +1,34 @@
-"""The offline relevance evaluator: no model, an absolute score in [0, 1] per chunk."""
+"""The offline relevance evaluator: no language model, a score in [0, 1] per chunk."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Literal
 
+import numpy as np
 from llama_index.core.schema import NodeWithScore
 
 from crag import text
 from crag._offload import off_loop
 from crag.events import Grade
+from crag.steps.grading.features import NAMES, Question, chunk_features, with_margins
+from crag.steps.grading.learned import LogisticModel, shipped_model
+from crag.steps.grading.verdict import RATING_THRESHOLDS
 from crag.text import SPANS_KEY, TermStats, sentences, terms, weighted_coverage
 
 
 class LexicalEvaluator:
-    """Offline relevance evaluator: no LLM, an absolute score in [0, 1] per chunk.
+    """Offline relevance evaluator: no LLM, a score in [0, 1] per chunk.
 
-    The score blends three coverages of the question's content terms, IDF-weighted:
+    A chunk's grade is a logistic regression over the `features.NAMES` of the (question,
+    chunk) pair, fitted on the shared dev sets (`python -m crag.evaluation.fit`; its
+    cross-validated figures are in docs/guide/evaluation.md): the probability that the chunk
+    is the question's gold passage. All features but `window_margin` (how far the chunk leads
+    the others graded with it) are absolute. `score` is the hand-weighted relevance of a text,
+    which grades strips (the refiner) and chunks where `model="hand-set"`:
+
+    It blends three coverages of the question's content terms, IDF-weighted:
     of the whole chunk (0.4), of its best two-sentence window (0.4), since an answer
     usually sits in one place that repeats most of the question's rare terms, and of the
     question's consecutive term pairs (0.2), which rewards phrases over scattered words.
@@ -41,19 +53,25 @@ class LexicalEvaluator:
         min_prefix: the shortest shared prefix that relates two terms.
         named: the share of a chunk's shortfall from 1 that the question naming its
             document closes; 0 ignores titles beyond their words.
+        model: the fitted weights that grade chunks: "shipped" (the package's), another
+            `LogisticModel`, or "hand-set" for `score` (the grader before issue 34).
     """
 
     name = "lexical"
 
     def __init__(
         self, stats: TermStats, window: int = 2, *, partial: float = 0.8, min_prefix: int = 4,
-        named: float = 0.5,
+        named: float = 0.5, model: LogisticModel | Literal["shipped", "hand-set"] = "shipped",
     ) -> None:
         self.stats = stats
         self.window = window
         self.partial = partial
         self.min_prefix = min_prefix
         self.named = named
+        self.model = shipped_model() if model == "shipped" else None if model == "hand-set" else model
+        # The verdict's (upper, lower): fitted with the weights; the hand-set grade's were calibrated
+        # to the values a 0-10 rating is read with.
+        self.thresholds = (self.model.upper, self.model.lower) if self.model else RATING_THRESHOLDS
 
     def score(
         self, query: str, text: str, title: str | None = None, *, split: bool = True,
@@ -113,15 +131,29 @@ class LexicalEvaluator:
 
     def grade_sync(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
         """`grade` without the event loop: for callers already off it (the reranker)."""
-        return [
-            Grade(
-                chunk_id=c.node.node_id,
-                score=self.score(query, c.node.get_content(), context_of(c.node.metadata),
-                                 spans=c.node.metadata.get(SPANS_KEY), subject=c.node.metadata.get("title")),
-                grader=self.name,
+        if self.model is None:
+            scores = [
+                self.score(query, c.node.get_content(), context_of(c.node.metadata),
+                           spans=c.node.metadata.get(SPANS_KEY), subject=c.node.metadata.get("title"))
+                for c in chunks
+            ]
+        else:
+            scores = [round(float(p), 4) for p in self.model.predict(self.features(query, chunks))] if chunks else []
+        return [Grade(chunk_id=c.node.node_id, score=s, grader=self.name) for c, s in zip(chunks, scores)]
+
+    def features(self, query: str, chunks: Sequence[NodeWithScore]) -> np.ndarray:
+        """The `features.NAMES` of each chunk against `query`, one row a chunk: what the model weighs."""
+        question = Question(query, self.stats)
+        rows = [
+            chunk_features(
+                question, c.node.get_content(), context_of(c.node.metadata), self.stats,
+                named=bool((subject := c.node.metadata.get("title")) and self.names_document(query, subject)),
+                spans=c.node.metadata.get(SPANS_KEY), partial=self.partial, min_prefix=self.min_prefix,
+                window=self.window,
             )
             for c in chunks
         ]
+        return with_margins(np.array(rows, dtype=float).reshape(len(rows), len(NAMES) - 1))
 
 
 @lru_cache(maxsize=4096)

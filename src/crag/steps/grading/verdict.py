@@ -6,6 +6,19 @@ from collections.abc import Sequence
 
 from crag.events import Grade, Verdict
 
+# A 0-10 rating read as rating / 10 (an LLM's grade): 7 and up is Correct, 3 and below
+# Incorrect. These were every grader's thresholds before the offline evaluator's were fitted
+# with its weights; a grader without thresholds of its own is read with them.
+RATING_THRESHOLDS = (0.677, 0.327)
+
+
+def thresholds_of(grader: object, upper: float | None = None, lower: float | None = None) -> tuple[float, float]:
+    """The (upper, lower) that `grader`'s scores are read with: `upper` and `lower` where given
+    (a user's setting), else the grader's own `thresholds` (the offline evaluator's are fitted
+    with its weights), else `RATING_THRESHOLDS`."""
+    own = getattr(grader, "thresholds", None) or RATING_THRESHOLDS
+    return (own[0] if upper is None else upper, own[1] if lower is None else lower)
+
 
 def decide_verdict(
     grades: Sequence[Grade], upper: float, lower: float, *, coverage: float | None = None, cover: float = 0.0
