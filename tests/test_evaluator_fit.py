@@ -10,7 +10,7 @@ from crag.evaluation.fit import Pairs, figures, fit_model, folds, report
 from crag.steps.grading.features import NAMES
 from crag.steps.grading.learned import shipped_model
 
-pytest.importorskip("sklearn", reason="scikit-learn fits the evaluator: pip install 'crag[eval]'")
+pytest.importorskip("sklearn", reason="scikit-learn fits the evaluator: pip install 'crag-workflows[eval]'")
 
 
 def synthetic(n: int = 400, seed: int = 0) -> Pairs:
