@@ -44,7 +44,7 @@ class ExtractiveSynthesizer:
 
     A sentence met twice (the same passage found in the documents and on the web) is
     used once, so a repeat never takes the place of another sentence. A multi-hop run's
-    answer adds the best sentence of each further hop.
+    answer starts with the best sentence of each further hop.
 
     Args:
         max_sentences: sentences in the answer, best first, besides one per further hop.
@@ -73,21 +73,21 @@ class ExtractiveSynthesizer:
         return [f"{s.text} [{numbers[s.source_id]}]" for s in chosen]
 
     def _chosen(self, strips: Sequence[Strip]) -> list[Strip]:
-        ranked = _distinct(sorted(strips, key=lambda s: -s.score))  # stable: the first source wins ties
+        ranked = sorted(strips, key=lambda s: -s.score)  # stable: the first source wins ties
         # A further hop's strips were scored against its own sub-question, so they do not
-        # compare with the question's: the answer is the question's best sentences and, after
-        # them, the best sentence of each further hop (the fact that hop was for).
-        hops = list({s.hop: s for s in reversed(ranked) if s.hop}.values())
-        return [s for s in ranked if not s.hop][: self.max_sentences] + sorted(hops, key=lambda s: s.hop)
+        # compare with the question's: the answer is the best sentence of each further hop
+        # (the fact that hop was for: what a bridge question asks), then the question's best.
+        hops = sorted({s.hop: s for s in reversed(ranked) if s.hop}.values(), key=lambda s: s.hop)
+        return _distinct(hops + [s for s in ranked if not s.hop])[: len(hops) + self.max_sentences]
 
 
 def _distinct(strips: Sequence[Strip]) -> list[Strip]:
-    """The strips without repeats of a sentence, the question's own copy kept over a hop's."""
+    """The strips without repeats of a sentence (the same passage found in the documents and
+    on the web, or by two hops), the first copy kept."""
     distinct: dict[str, Strip] = {}
-    for strip in sorted(strips, key=lambda s: bool(s.hop)):  # stable: keeps the given order otherwise
+    for strip in strips:
         distinct.setdefault(" ".join(strip.text.split()).casefold(), strip)
-    kept = {id(s) for s in distinct.values()}
-    return [s for s in strips if id(s) in kept]
+    return list(distinct.values())
 
 
 class LLMSynthesizer:

@@ -34,6 +34,7 @@ from crag.budget import current_budget
 from crag.config import GraderSettings
 from crag.errors import ConfigError
 from crag.events import (
+    Bridge,
     CandidatesEvent,
     CragResult,
     Grade,
@@ -52,6 +53,7 @@ from crag.events import (
     WebSearchNeededEvent,
 )
 from crag.interfaces import (
+    BridgeFinder,
     CoverageJudge,
     Decomposer,
     Grader,
@@ -119,8 +121,11 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
             (`crag.steps.postprocessing`); none passes them through.
         upper: some chunk scoring at least this makes the verdict Correct.
         lower: every chunk scoring below this makes it Incorrect; in between, Ambiguous.
-        decomposer: finds a compound question's further hops (`crag.steps.decomposition`);
-            None answers from the first pass only.
+        decomposer: finds a compound question's further hops (`crag.steps.decomposition`):
+            a comparison's parts, and a model's next question for a bridge.
+        bridger: finds the second hop of a question the first pass answered only in part,
+            when the decomposer gives no next question (`crag.steps.bridging`, offline).
+            With neither, a run answers from the first pass only.
         judge: scores how much of the question the kept chunks cover together
             (`LexicalEvaluator` is one); None skips the set judgment.
         cover: the share of the question the kept chunks must cover together for Correct.
@@ -167,6 +172,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         fallback_synthesizer: Synthesizer | None = None,
         fallback_decomposer: Decomposer | None = None,
         condenser: QueryCondenser | None = None,
+        bridger: BridgeFinder | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -191,6 +197,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         self.fallback_decomposer = fallback_decomposer or RuleDecomposer()
         self.fallback_condenser = RuleCondenser()
         self.condenser = condenser or self.fallback_condenser
+        self.bridger = bridger
 
     @step
     async def retrieve(
@@ -326,10 +333,10 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         if ready is None:
             return None
         strips = [s for knowledge in ready for s in knowledge.strips]
-        if self.decomposer is None:
+        if self.decomposer is None and self.bridger is None:
             return KnowledgeEvent(strips=strips)
         async with recording(ctx, "hop", ev) as record:
-            parts, follow_ups = await self._further_hops(state, strips, record)
+            parts, follow_ups = await self._further_hops(state, strips, record) if self.decomposer else ([], [])
             questions = list(enumerate(follow_ups, 1))
             if parts:  # a comparison: each part's best strip gets a place in the answer
                 tests = [names_a_subject(p, besides=parts) for p in parts]
@@ -338,6 +345,12 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                              if not any(about(s.title) for s in strips)]
                 strips = [s.model_copy(update={"hop": next((n for n, about in enumerate(tests, 1) if about(s.title)), 0)})
                           for s in strips]
+            elif not follow_ups and self.bridger is not None:  # offline, or the model saw no next hop
+                bridges = await self.bridger.bridges(state.query, strips)
+                found = await asyncio.gather(*(self._bridge_hop(b, n, record) for n, b in enumerate(bridges, 1)))
+                # A bridge's document may be one the first pass had: its strips are scored again,
+                # for what is asked of the bridge.
+                return record.emit(KnowledgeEvent(strips=strips + [s for hop in found for s in hop]))
             found = await asyncio.gather(*(self._one_hop(q, n, record) for n, q in questions))
             # A hop adds what the first pass did not have: strips of documents it had add nothing.
             had = {s.doc_id or s.source_id for s in strips}
@@ -393,6 +406,36 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         record.details.setdefault("hops", []).append(
             {"question": question, "verdict": verdict.value, "searched": searched, "strips": len(strips)}
         )
+        return [s.model_copy(update={"hop": number}) for s in strips]
+
+    async def _bridge_hop(self, bridge: Bridge, number: int, record: Any) -> list[Strip]:
+        """The second hop of a bridge: retrieved with the bridge and what is asked of it, graded
+        against the question and the bridge, searched on the web when no chunk reaches the upper
+        threshold (the web's results graded the same way). Its strips are marked with its number."""
+        with substep(record, f"hop {number}: retrieve"):
+            chunks = await self.retriever.retrieve(bridge.query)
+            chunks = await apply_postprocessors(self.postprocessors, bridge.query, chunks)
+        with substep(record, f"hop {number}: grade"):
+            grades = await self.grader.grade(bridge.graded_against, chunks)
+            verdict = decide_verdict(grades, self.upper, self.lower)
+        kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
+        searched = verdict is not Verdict.CORRECT and web_configured(self.searcher)
+        if searched:
+            with substep(record, f"hop {number}: web_search") as search:
+                search.search_calls += 1
+                try:
+                    results = await self.searcher.search(bridge.query)
+                    web_grades = await self.grader.grade(bridge.graded_against, results)
+                    kept += [r for r, g in zip(results, web_grades) if g.score >= self.lower]
+                except Exception as exc:  # noqa: BLE001 - a search outage costs this hop only
+                    search.degraded = record.degraded = f"web search for a hop failed ({describe(exc)})"
+        with substep(record, f"hop {number}: refine"):
+            strips = await self.refiner.refine(bridge.query, kept)
+        record.details.setdefault("hops", []).append({
+            "question": bridge.query, "bridge": bridge.entity, "found_in": bridge.found_in,
+            "graded_against": bridge.graded_against, "verdict": verdict.value, "searched": searched,
+            "strips": len(strips), "found": list(dict.fromkeys(s.title or s.source_id for s in strips)),
+        })
         return [s.model_copy(update={"hop": number}) for s in strips]
 
     async def _standalone(self, query: str, history: Sequence[Turn], record: Any) -> str:

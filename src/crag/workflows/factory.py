@@ -14,6 +14,7 @@ from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, W
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.prompts import BATCH_GRADE_PROMPT, GRADE_PROMPT
 from crag.steps.condensing import LLMCondenser, RuleCondenser
+from crag.steps.bridging import LexicalBridgeFinder
 from crag.steps.decomposition import LLMDecomposer, RuleDecomposer
 from crag.steps.grading import (
     BatchLLMGrader,
@@ -85,7 +86,7 @@ def build_workflow(
         else ExtractiveSynthesizer(max_sentences=settings.synthesizer.max_sentences)
     )
     kind = settings.decomposer.kind
-    decomposer = LLMDecomposer(llms.llm, max_tokens=limit.max_tokens_decompose) if pick(kind) else None if kind == "none" else RuleDecomposer(index.term_stats)
+    decomposer = LLMDecomposer(llms.llm, max_tokens=limit.max_tokens_decompose) if pick(kind) else None if kind == "none" else RuleDecomposer()
     defaults = dict(
         retriever=_summary_retriever(settings, index, embed_model, llms, components)
         if settings.retriever.kind == "summary"
@@ -115,9 +116,10 @@ def build_workflow(
     defaults.update({k: v for k, v in components.items() if v is not None})
     workflow = CorrectiveRAGWorkflow(
         **defaults,
-        # When the model's decomposition fails, the rules stand in: with the corpus's statistics,
-        # so that they too skip names of common words.
-        fallback_decomposer=RuleDecomposer(index.term_stats),
+        fallback_decomposer=RuleDecomposer(),
+        # Offline, a bridge's second hop is found from what the first hop found; with a model,
+        # when it sees no next hop. "none" answers every question in one hop.
+        bridger=None if kind == "none" else LexicalBridgeFinder(index.term_stats),
         upper=settings.grader.upper,
         lower=settings.grader.lower,
         # The set judgment is lexical: it checks lexical grades, and would overrule another grader's.
