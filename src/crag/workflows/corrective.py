@@ -347,10 +347,12 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                           for s in strips]
             elif not follow_ups and self.bridger is not None:  # offline, or the model saw no next hop
                 bridges = await self.bridger.bridges(state.query, strips)
-                found = await asyncio.gather(*(self._bridge_hop(b, n, record) for n, b in enumerate(bridges, 1)))
-                # A bridge's document may be one the first pass had: its strips are scored again,
-                # for what is asked of the bridge.
-                return record.emit(KnowledgeEvent(strips=strips + [s for hop in found for s in hop]))
+                hops = await asyncio.gather(*(self._bridge_hop(b, record) for b in bridges))
+                # In the order the bridges were found: the best strip's first. A bridge's document
+                # may be one the first pass had: its strips are scored again, for what is asked of it.
+                record.details.setdefault("hops", []).extend(line for _, line in hops)
+                new = [s.model_copy(update={"hop": n}) for n, (found, _) in enumerate(hops, 1) for s in found]
+                return record.emit(KnowledgeEvent(strips=strips + new))
             found = await asyncio.gather(*(self._one_hop(q, n, record) for n, q in questions))
             # A hop adds what the first pass did not have: strips of documents it had add nothing.
             had = {s.doc_id or s.source_id for s in strips}
@@ -404,39 +406,42 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                 except Exception as exc:  # noqa: BLE001 - a search outage costs this hop only
                     search.degraded = record.degraded = f"web search for a hop failed ({describe(exc)})"
         record.details.setdefault("hops", []).append(
-            {"question": question, "verdict": verdict.value, "searched": searched, "strips": len(strips)}
+            {"question": question, "verdict": verdict.value, "searched": searched, "strips": len(strips),
+             "found": list(dict.fromkeys(s.title or s.source_id for s in strips))}
         )
         return [s.model_copy(update={"hop": number}) for s in strips]
 
-    async def _bridge_hop(self, bridge: Bridge, number: int, record: Any) -> list[Strip]:
+    async def _bridge_hop(self, bridge: Bridge, record: Any) -> tuple[list[Strip], dict[str, Any]]:
         """The second hop of a bridge: retrieved with the bridge and what is asked of it, graded
         against the question and the bridge, searched on the web when no chunk reaches the upper
-        threshold (the web's results graded the same way). Its strips are marked with its number."""
-        with substep(record, f"hop {number}: retrieve"):
+        threshold (the web's results graded the same way). Returns its strips and what it did,
+        for the trace."""
+        name = f"hop to “{bridge.entity}”"
+        with substep(record, f"{name}: retrieve"):
             chunks = await self.retriever.retrieve(bridge.query)
             chunks = await apply_postprocessors(self.postprocessors, bridge.query, chunks)
-        with substep(record, f"hop {number}: grade"):
+        with substep(record, f"{name}: grade"):
             grades = await self.grader.grade(bridge.graded_against, chunks)
-            verdict = decide_verdict(grades, self.upper, self.lower)
-        kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
+        verdict = decide_verdict(grades, self.upper, self.lower)
         searched = verdict is not Verdict.CORRECT and web_configured(self.searcher)
         if searched:
-            with substep(record, f"hop {number}: web_search") as search:
+            with substep(record, f"{name}: web_search") as search:
                 search.search_calls += 1
                 try:
                     results = await self.searcher.search(bridge.query)
-                    web_grades = await self.grader.grade(bridge.graded_against, results)
-                    kept += [r for r, g in zip(results, web_grades) if g.score >= self.lower]
+                    chunks = [*chunks, *results]
+                    grades = [*grades, *await self.grader.grade(bridge.graded_against, results)]
                 except Exception as exc:  # noqa: BLE001 - a search outage costs this hop only
                     search.degraded = record.degraded = f"web search for a hop failed ({describe(exc)})"
-        with substep(record, f"hop {number}: refine"):
+        kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
+        with substep(record, f"{name}: refine"):
             strips = await self.refiner.refine(bridge.query, kept)
-        record.details.setdefault("hops", []).append({
+        line = {
             "question": bridge.query, "bridge": bridge.entity, "found_in": bridge.found_in,
             "graded_against": bridge.graded_against, "verdict": verdict.value, "searched": searched,
             "strips": len(strips), "found": list(dict.fromkeys(s.title or s.source_id for s in strips)),
-        })
-        return [s.model_copy(update={"hop": number}) for s in strips]
+        }
+        return strips, line
 
     async def _standalone(self, query: str, history: Sequence[Turn], record: Any) -> str:
         """The follow-up made standalone by the condenser, or by the rules if it fails."""
