@@ -46,6 +46,7 @@ class Strip(Location):
     title: str | None = None
     url: str | None = None
     hop: int = Field(0, description="Which hop found it: 0 the question itself, 1 on its sub-questions.")
+    leads: bool = Field(False, description="It answers what its hop asked of a bridge: the answer starts with it.")
 
 
 class Bridge(BaseModel):

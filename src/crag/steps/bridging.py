@@ -14,7 +14,8 @@ one: what the first hop found does.
   the thing described, not the thing named), then the names in the strips' text, in order.
   A name of common words only ("American"), or a date, names no one thing.
 * **The second hop** retrieves with the bridge and the residual (what is asked of the bridge)
-  and grades what it finds against the question and the bridge (`Bridge`).
+  and grades what it finds against the question and the bridge (`Bridge`). A strip that answers
+  its bridge (`answers`: about the bridge, and saying something asked of it) leads the answer.
 """
 
 from __future__ import annotations
@@ -96,3 +97,11 @@ class LexicalBridgeFinder:
         if all(_DATE_WORDS.fullmatch(w) for w in words(name)):
             return False
         return self.stats is None or not self.stats.num_docs or self.stats.has_rare(named, common=self.common)
+
+
+def answers(bridge: Bridge, strip: Strip) -> bool:
+    """Whether `strip` answers what `bridge` asks: it is about the bridge (every word of its
+    name in the strip or its document's title) and holds a word of the residual. A hop to a
+    name that was no bridge finds none, and its sentence comes after the question's own."""
+    held = set(terms(f"{strip.title or ''} {strip.text}"))
+    return set(terms(bridge.entity)) <= held and bool(set(terms(bridge.residual)) & held)

@@ -67,6 +67,7 @@ from crag.interfaces import (
     WebSearch,
     web_configured,
 )
+from crag.steps.bridging import answers
 from crag.steps.condensing import RuleCondenser
 from crag.steps.decomposition import RuleDecomposer, names_a_subject
 from crag.steps.grading import context_of, decide_verdict
@@ -435,11 +436,12 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                     search.degraded = record.degraded = f"web search for a hop failed ({describe(exc)})"
         kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
         with substep(record, f"{name}: refine"):
-            strips = await self.refiner.refine(bridge.query, kept)
+            strips = [s.model_copy(update={"leads": answers(bridge, s)}) for s in await self.refiner.refine(bridge.query, kept)]
         line = {
             "question": bridge.query, "bridge": bridge.entity, "found_in": bridge.found_in,
             "graded_against": bridge.graded_against, "verdict": verdict.value, "searched": searched,
             "strips": len(strips), "found": list(dict.fromkeys(s.title or s.source_id for s in strips)),
+            "answering": sum(s.leads for s in strips),
         }
         return strips, line
 
