@@ -100,8 +100,10 @@ class LexicalBridgeFinder:
 
 
 def answers(bridge: Bridge, strip: Strip) -> bool:
-    """Whether `strip` answers what `bridge` asks: it is about the bridge (every word of its
-    name in the strip or its document's title) and holds a word of the residual. A hop to a
-    name that was no bridge finds none, and its sentence comes after the question's own."""
-    held = set(terms(f"{strip.title or ''} {strip.text}"))
-    return set(terms(bridge.entity)) <= held and bool(set(terms(bridge.residual)) & held)
+    """Whether `strip` answers what `bridge` asks: it comes from the bridge's own document (every
+    word of the bridge's name in its title, or every word of the title, without its qualifier,
+    in the name) and holds a word of the residual. A hop to a name that was no bridge finds
+    none, and its sentence comes after the question's own."""
+    name, title = set(terms(bridge.entity)), set(terms(_QUALIFIER.sub("", strip.title or "")))
+    about = bool(title) and (name <= set(terms(strip.title or "")) or title <= name)
+    return about and bool(set(terms(bridge.residual)) & set(terms(f"{strip.title or ''} {strip.text}")))
