@@ -106,6 +106,9 @@ def build_workflow(
         condenser=LLMCondenser(llms.llm, max_tokens=limit.max_tokens_condense)
         if pick(settings.rewriter.kind) else RuleCondenser(),
         decomposer=decomposer,
+        # Offline, a bridge's second hop is found from what the first hop found; with a model,
+        # when it sees no next hop. "none" answers every question in one hop.
+        bridger=None if kind == "none" else LexicalBridgeFinder(index.term_stats),
         web_search=_web_search(settings),
         synthesizer=synthesizer,
         postprocessors=_postprocessors(settings, index, embed_model, llms, evaluator, components),
@@ -117,9 +120,6 @@ def build_workflow(
     workflow = CorrectiveRAGWorkflow(
         **defaults,
         fallback_decomposer=RuleDecomposer(),
-        # Offline, a bridge's second hop is found from what the first hop found; with a model,
-        # when it sees no next hop. "none" answers every question in one hop.
-        bridger=None if kind == "none" else LexicalBridgeFinder(index.term_stats),
         upper=settings.grader.upper,
         lower=settings.grader.lower,
         # The set judgment is lexical: it checks lexical grades, and would overrule another grader's.
