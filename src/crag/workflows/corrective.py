@@ -4,9 +4,11 @@
                                       ├─ Ambiguous ─▶ both branches, concurrently ──────┼─▶ synthesize
                                       └─ Incorrect ─▶ rewrite ─▶ web_search ─▶ refine_web ┘
 
-Between the knowledge and `synthesize`, `hop` follows a compound question's further hops (a
-comparison's part the knowledge misses, a bridge's next question; see `Decomposer`): each is
-retrieved and graded, and searched on the web when the documents miss it.
+Between the knowledge and `synthesize`, `hop` follows a compound question's further hops: a
+comparison's part the knowledge misses, a model's next question for a bridge (`Decomposer`), or
+offline the bridge that the first pass's best strips name when they answer the question only in
+part (`BridgeFinder`). Each is retrieved and graded, and searched on the web when the documents
+miss it.
 
 `postprocess` runs the configured stages (cutoffs, keyword filters, sentence windows,
 reranking, reordering) on what was retrieved; with none, it passes the chunks through.
@@ -125,8 +127,9 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         decomposer: finds a compound question's further hops (`crag.steps.decomposition`):
             a comparison's parts, and a model's next question for a bridge.
         bridger: finds the second hop of a question the first pass answered only in part,
-            when the decomposer gives no next question (`crag.steps.bridging`, offline).
-            With neither, a run answers from the first pass only.
+            when the decomposer gives no next question (`crag.steps.bridging`, offline;
+            `build_workflow` sets it with the rule decomposer, not the model's). With neither,
+            a run answers from the first pass only.
         judge: scores how much of the question the kept chunks cover together
             (`LexicalEvaluator` is one); None skips the set judgment.
         cover: the share of the question the kept chunks must cover together for Correct.
@@ -346,7 +349,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                              if not any(about(s.title) for s in strips)]
                 strips = [s.model_copy(update={"hop": next((n for n, about in enumerate(tests, 1) if about(s.title)), 0)})
                           for s in strips]
-            elif not follow_ups and self.bridger is not None:  # offline, or the model saw no next hop
+            elif not follow_ups and self.bridger is not None:
                 bridges = await self.bridger.bridges(state.query, strips)
                 hops = await asyncio.gather(*(self._bridge_hop(b, record) for b in bridges))
                 # In the order the bridges were found: the best strip's first. A bridge's document

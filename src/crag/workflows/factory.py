@@ -107,8 +107,8 @@ def build_workflow(
         if pick(settings.rewriter.kind) else RuleCondenser(),
         decomposer=decomposer,
         # Offline, a bridge's second hop is found from what the first hop found; with a model,
-        # when it sees no next hop. "none" answers every question in one hop.
-        bridger=None if kind == "none" else LexicalBridgeFinder(index.term_stats),
+        # the model writes it (each hop it grades costs calls). "none" answers in one hop.
+        bridger=LexicalBridgeFinder(index.term_stats) if isinstance(decomposer, RuleDecomposer) else None,
         web_search=_web_search(settings),
         synthesizer=synthesizer,
         postprocessors=_postprocessors(settings, index, embed_model, llms, evaluator, components),
