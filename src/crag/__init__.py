@@ -27,6 +27,7 @@ _WHERE = {
     "SearchError": "crag.errors",
     "StepError": "crag.errors",
     "TraceError": "crag.errors",
+    "Bridge": "crag.events",
     "CragResult": "crag.events",
     "Grade": "crag.events",
     "Source": "crag.events",
@@ -34,6 +35,7 @@ _WHERE = {
     "Verdict": "crag.events",
     "ChunkIndex": "crag.index",
     "ingest": "crag.ingestion",
+    "BridgeFinder": "crag.interfaces",
     "Decomposer": "crag.interfaces",
     "Grader": "crag.interfaces",
     "QueryRewriter": "crag.interfaces",
@@ -48,6 +50,8 @@ _WHERE = {
 }
 
 __all__ = [
+    "Bridge",
+    "BridgeFinder",
     "ChunkIndex",
     "ConfigError",
     "CorrectiveRAGWorkflow",
@@ -132,10 +136,11 @@ if _TYPE_CHECKING:
         StepError,
         TraceError,
     )
-    from crag.events import CragResult, Grade, Source, Strip, Verdict
+    from crag.events import Bridge, CragResult, Grade, Source, Strip, Verdict
     from crag.index import ChunkIndex
     from crag.ingestion import ingest
     from crag.interfaces import (
+        BridgeFinder,
         Decomposer,
         Grader,
         QueryRewriter,

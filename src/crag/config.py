@@ -176,8 +176,8 @@ class RefinerSettings(_Section):
 
 
 class DecomposerSettings(_Section):
-    # "rules" finds comparisons and bridge hops offline; "llm" asks the model; "none" answers
-    # every question in one hop.
+    # "rules" splits comparisons and follows bridges offline (crag.steps.bridging); "llm" asks
+    # the model for both; "none" answers every question in one hop.
     kind: Literal["auto", "rules", "llm", "none"] = "auto"
 
 

@@ -46,6 +46,18 @@ class Strip(Location):
     title: str | None = None
     url: str | None = None
     hop: int = Field(0, description="Which hop found it: 0 the question itself, 1 on its sub-questions.")
+    leads: bool = Field(False, description="It answers what its hop asked of a bridge: the answer starts with it.")
+
+
+class Bridge(BaseModel):
+    """A second hop for a question the first hop answered only in part: the thing the first
+    hop's best strip names, which the question describes instead (`crag.steps.bridging`)."""
+
+    entity: str = Field(description="A name in the first hop's best strips that the question does not have.")
+    found_in: str | None = Field(default=None, description="The title of the strip it was read from.")
+    residual: str = Field(description="The question's words the first hop's best strips did not cover.")
+    query: str = Field(description="What the second hop retrieves and searches with: the entity and the residual.")
+    graded_against: str = Field(description="What its chunks are graded against: the question and the entity.")
 
 
 class Source(Location):

@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from llama_index.core.schema import NodeWithScore
 
-from crag.events import Grade, Source, Strip, Turn
+from crag.events import Bridge, Grade, Source, Strip, Turn
 
 
 @runtime_checkable
@@ -65,6 +65,14 @@ class Decomposer(Protocol):
     async def follow_up(self, query: str, found: Sequence[Strip]) -> list[str]:
         """The next hop's questions from what the first hop found; [] when there is none."""
         ...
+
+
+@runtime_checkable
+class BridgeFinder(Protocol):
+    """Finds the second hop of a question that the first hop answered only in part: the names
+    its best strips hold that the question does not; [] when it answered the whole question."""
+
+    async def bridges(self, query: str, found: Sequence[Strip]) -> list[Bridge]: ...
 
 
 @runtime_checkable

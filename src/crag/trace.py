@@ -165,6 +165,20 @@ class SourceLine(Location):
     url: str | None = None
 
 
+class HopLine(BaseModel):
+    """A further hop the run took: what it asked, and what it found."""
+
+    question: str = Field(description="What the hop retrieved and searched with.")
+    bridge: str | None = Field(
+        default=None, description="The name it hopped to, read from the first pass's best strips (a bridge).")
+    found_in: str | None = Field(default=None, description="The title of the strip the bridge was read from.")
+    graded_against: str | None = Field(default=None, description="What its chunks were graded against.")
+    verdict: str
+    searched: bool
+    strips: int = Field(description="Strips it kept.")
+    found: list[str] = Field(default_factory=list, description="The titles of the documents its strips came from.")
+
+
 class Explanation(BaseModel):
     """Why a run went the way it did; built once, when it ends, from what its steps decided."""
 
@@ -175,6 +189,7 @@ class Explanation(BaseModel):
     grades: list[GradeLine] = Field(default_factory=list)
     rewritten_query: str | None = None
     web: bool = Field(default=True, description="Whether a web search was configured.")
+    hops: list[HopLine] = Field(default_factory=list, description="The further hops, in order.")
     strips: list[StripLine] = Field(default_factory=list, description="Kept, then dropped (best first).")
     dropped_unlisted: int = Field(default=0, description="Dropped strips left out of `strips`.")
     answer: str = ""

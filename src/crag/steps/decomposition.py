@@ -5,7 +5,8 @@ Two shapes of multi-hop question (as in HotpotQA):
 * a comparison names two things, "Which magazine started first, X or Y?", "Are X and Y
   both keyboardists?": one sub-question per thing (`split`);
 * a bridge describes a thing by another, "Where is the director of Z based?": the first
-  hop finds the director's name, and the second asks about that name (`follow_up`).
+  hop finds the director's name, and the second asks about that name (`follow_up`, by a
+  model; offline, `crag.steps.bridging` finds it from what the first hop found).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from crag.events import Strip
 from crag.models.replies import ask
 from crag.prompts import FOLLOW_UP_PROMPT, SPLIT_PROMPT
 from crag.steps.query_checks import check_generated
-from crag.text import STOPWORDS, TermStats, terms, words
+from crag.text import STOPWORDS, terms, words
 
 # A name: capitalised words (or a quoted title), joined by the short lower-case words
 # names contain ("Battle of the Bulge", "First for Women", "Arcade Fire").
@@ -77,40 +78,19 @@ def names_a_subject(question: str, *, besides: Sequence[str] = ()) -> Callable[[
 
 
 class RuleDecomposer:
-    """Offline decomposition by rules: "X or Y" / "X and Y" comparisons, and a bridge hop
-    from the names the first hop's best strips bring that the question does not have.
+    """Offline decomposition by rules: "X or Y" / "X and Y" comparisons.
 
-    Args:
-        stats: the corpus's term statistics; a name made only of common words ("American",
-            "January": each in more than `common` of the documents, and in more than five)
-            is then no thing to hop to. None keeps every name.
-        names: follow-up questions at most, one per new name (in the order found).
-        strips: best strips of the first hop that are read for names.
-        common: a word in more than this share of the corpus's documents is common.
+    A bridge's next hop offline is found from what the first hop found, not from the question's
+    wording (`crag.steps.bridging`), so `follow_up` has none to give.
     """
 
     name = "rules"
-
-    def __init__(
-        self, stats: TermStats | None = None, *, names: int = 2, strips: int = 2, common: float = 0.01
-    ) -> None:
-        self.stats = stats
-        self.names = names
-        self.strips = strips
-        self.common = common
-
-    def _rare(self, name: str) -> bool:
-        if self.stats is None or not self.stats.num_docs:
-            return True
-        return self.stats.has_rare(terms(name), common=self.common)
 
     async def split(self, query: str) -> list[str]:
         return split_comparison(query)
 
     async def follow_up(self, query: str, found: Sequence[Strip]) -> list[str]:
-        if not describes_a_thing(query):  # a question that names what it asks about needs no bridge
-            return []
-        return bridge_questions(query, found, names=self.names, strips=self.strips, keep=self._rare)
+        return []
 
 
 def describes_a_thing(query: str) -> bool:
@@ -132,38 +112,6 @@ def split_comparison(query: str) -> list[str]:
             head, tail = query[:start], query[end:]
             return [f"{head}{a[0]}{tail}".strip(), f"{head}{b[0]}{tail}".strip()]
     return []
-
-
-def bridge_questions(
-    query: str, found: Sequence[Strip], *, names: int = 2, strips: int = 2,
-    keep: Callable[[str], bool] = lambda name: True,
-) -> list[str]:
-    """The second hop of a bridge question: one query per name that the first hop's best
-    strips bring and the question lacks, with the question's words those strips did not
-    cover (usually what is asked of the bridge: "born", "founded", "city"). [] when the best
-    strips bring no new name.
-
-    The best strips are those that mention most of the question's own names (the bridge
-    sentence links the named thing to the one it describes), then the best scored.
-    """
-    asked = set(terms(query))
-    anchors = [a for a in (set(terms(n)) for n in names_in(query)) if a]
-
-    def anchored(strip: Strip) -> int:
-        seen = set(terms(f"{strip.title or ''} {strip.text}"))
-        return sum(a <= seen for a in anchors)
-
-    best = sorted(found, key=lambda s: (-anchored(s), -s.score))[:strips]
-    new: dict[str, None] = {}
-    for strip in best:
-        for name in names_in(strip.text):
-            if " " not in name and strip.text.startswith(name):
-                continue  # capitalised as the sentence's first word ("Predictably"), not as a name
-            if set(terms(name)) - asked and name.casefold() not in query.casefold() and keep(name):
-                new.setdefault(name, None)
-    seen = {t for s in best for t in terms(f"{s.title or ''} {s.text}")}
-    left = " ".join(dict.fromkeys(w for w in words(query) if w not in STOPWORDS and set(terms(w)) - seen))
-    return [f"{name} {left}".strip() for name in list(new)[:names]]
 
 
 class LLMDecomposer:

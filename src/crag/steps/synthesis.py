@@ -44,7 +44,8 @@ class ExtractiveSynthesizer:
 
     A sentence met twice (the same passage found in the documents and on the web) is
     used once, so a repeat never takes the place of another sentence. A multi-hop run's
-    answer adds the best sentence of each further hop.
+    answer adds the best sentence of each further hop: first where it answers what the hop
+    asked of a bridge, after the question's best sentences otherwise.
 
     Args:
         max_sentences: sentences in the answer, best first, besides one per further hop.
@@ -73,21 +74,34 @@ class ExtractiveSynthesizer:
         return [f"{s.text} [{numbers[s.source_id]}]" for s in chosen]
 
     def _chosen(self, strips: Sequence[Strip]) -> list[Strip]:
-        ranked = _distinct(sorted(strips, key=lambda s: -s.score))  # stable: the first source wins ties
+        ranked = sorted(strips, key=lambda s: -s.score)  # stable: the first source wins ties
         # A further hop's strips were scored against its own sub-question, so they do not
-        # compare with the question's: the answer is the question's best sentences and, after
-        # them, the best sentence of each further hop (the fact that hop was for).
-        hops = list({s.hop: s for s in reversed(ranked) if s.hop}.values())
-        return [s for s in ranked if not s.hop][: self.max_sentences] + sorted(hops, key=lambda s: s.hop)
+        # compare with the question's: the answer has the best sentence of each further hop,
+        # first where it answers what the hop asked of a bridge (the answer to a bridge question),
+        # else after the question's best sentences.
+        hops = sorted({s.hop for s in ranked if s.hop})
+        lead = _distinct([s for hop in hops for s in [next((s for s in ranked if s.hop == hop and s.leads), None)] if s])
+        led = {s.hop for s in lead}
+        chosen = lead + _distinct(lead + [s for s in ranked if not s.hop])[len(lead):][: self.max_sentences]
+        for hop in hops:
+            if hop not in led:  # its best sentence that the answer does not have yet
+                said = {_said(s) for s in chosen}
+                chosen += [s for s in ranked if s.hop == hop and _said(s) not in said][:1]
+        return chosen
 
 
 def _distinct(strips: Sequence[Strip]) -> list[Strip]:
-    """The strips without repeats of a sentence, the question's own copy kept over a hop's."""
+    """The strips without repeats of a sentence (the same passage found in the documents and
+    on the web, or by two hops), the first copy kept."""
     distinct: dict[str, Strip] = {}
-    for strip in sorted(strips, key=lambda s: bool(s.hop)):  # stable: keeps the given order otherwise
-        distinct.setdefault(" ".join(strip.text.split()).casefold(), strip)
-    kept = {id(s) for s in distinct.values()}
-    return [s for s in strips if id(s) in kept]
+    for strip in strips:
+        distinct.setdefault(_said(strip), strip)
+    return list(distinct.values())
+
+
+def _said(strip: Strip) -> str:
+    """What a strip says, whatever its spacing and case."""
+    return " ".join(strip.text.split()).casefold()
 
 
 class LLMSynthesizer:

@@ -4,9 +4,11 @@
                                       ├─ Ambiguous ─▶ both branches, concurrently ──────┼─▶ synthesize
                                       └─ Incorrect ─▶ rewrite ─▶ web_search ─▶ refine_web ┘
 
-Between the knowledge and `synthesize`, `hop` follows a compound question's further hops (a
-comparison's part the knowledge misses, a bridge's next question; see `Decomposer`): each is
-retrieved and graded, and searched on the web when the documents miss it.
+Between the knowledge and `synthesize`, `hop` follows a compound question's further hops: a
+comparison's part the knowledge misses, a model's next question for a bridge (`Decomposer`), or
+offline the bridge that the first pass's best strips name when they answer the question only in
+part (`BridgeFinder`). Each is retrieved and graded, and searched on the web when the documents
+miss it.
 
 `postprocess` runs the configured stages (cutoffs, keyword filters, sentence windows,
 reranking, reordering) on what was retrieved; with none, it passes the chunks through.
@@ -34,6 +36,7 @@ from crag.budget import by_deadline, current_budget
 from crag.config import GraderSettings
 from crag.errors import ConfigError
 from crag.events import (
+    Bridge,
     CandidatesEvent,
     CragResult,
     Grade,
@@ -52,6 +55,7 @@ from crag.events import (
     WebSearchNeededEvent,
 )
 from crag.interfaces import (
+    BridgeFinder,
     CoverageJudge,
     Decomposer,
     Grader,
@@ -65,6 +69,7 @@ from crag.interfaces import (
     WebSearch,
     web_configured,
 )
+from crag.steps.bridging import answers
 from crag.steps.condensing import RuleCondenser
 from crag.steps.decomposition import RuleDecomposer, names_a_subject
 from crag.steps.grading import context_of, decide_verdict, thresholds_of
@@ -120,8 +125,12 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         upper: some chunk scoring at least this makes the verdict Correct.
         lower: every chunk scoring below this makes it Incorrect; in between, Ambiguous.
             Either left unset is the grader's own (`grading.thresholds_of`).
-        decomposer: finds a compound question's further hops (`crag.steps.decomposition`);
-            None answers from the first pass only.
+        decomposer: finds a compound question's further hops (`crag.steps.decomposition`):
+            a comparison's parts, and a model's next question for a bridge.
+        bridger: finds the second hop of a question the first pass answered only in part,
+            when the decomposer gives no next question (`crag.steps.bridging`, offline;
+            `build_workflow` sets it with the rule decomposer, not the model's). With neither,
+            a run answers from the first pass only.
         judge: scores how much of the question the kept chunks cover together
             (`LexicalEvaluator` is one); None skips the set judgment.
         cover: the share of the question the kept chunks must cover together for Correct.
@@ -168,6 +177,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         fallback_synthesizer: Synthesizer | None = None,
         fallback_decomposer: Decomposer | None = None,
         condenser: QueryCondenser | None = None,
+        bridger: BridgeFinder | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -195,6 +205,7 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         self.fallback_decomposer = fallback_decomposer or RuleDecomposer()
         self.fallback_condenser = RuleCondenser()
         self.condenser = condenser or self.fallback_condenser
+        self.bridger = bridger
 
     @step
     async def retrieve(
@@ -330,10 +341,10 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         if ready is None:
             return None
         strips = [s for knowledge in ready for s in knowledge.strips]
-        if self.decomposer is None:
+        if self.decomposer is None and self.bridger is None:
             return KnowledgeEvent(strips=strips)
         async with recording(ctx, "hop", ev) as record:
-            parts, follow_ups = await self._further_hops(state, strips, record)
+            parts, follow_ups = await self._further_hops(state, strips, record) if self.decomposer else ([], [])
             questions = list(enumerate(follow_ups, 1))
             if parts:  # a comparison: each part's best strip gets a place in the answer
                 tests = [names_a_subject(p, besides=parts) for p in parts]
@@ -342,6 +353,14 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                              if not any(about(s.title) for s in strips)]
                 strips = [s.model_copy(update={"hop": next((n for n, about in enumerate(tests, 1) if about(s.title)), 0)})
                           for s in strips]
+            elif not follow_ups and self.bridger is not None:
+                bridges = await self.bridger.bridges(state.query, strips)
+                hops = await asyncio.gather(*(self._bridge_hop(b, record) for b in bridges))
+                # In the order the bridges were found: the best strip's first. A bridge's document
+                # may be one the first pass had: its strips are scored again, for what is asked of it.
+                record.details.setdefault("hops", []).extend(line for _, line in hops)
+                new = [s.model_copy(update={"hop": n}) for n, (found, _) in enumerate(hops, 1) for s in found]
+                return record.emit(KnowledgeEvent(strips=strips + new))
             found = await asyncio.gather(*(self._one_hop(q, n, record) for n, q in questions))
             # A hop adds what the first pass did not have: strips of documents it had add nothing.
             had = {s.doc_id or s.source_id for s in strips}
@@ -395,9 +414,43 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                 except Exception as exc:  # noqa: BLE001 - a search outage costs this hop only
                     search.degraded = record.degraded = f"web search for a hop failed ({describe(exc)})"
         record.details.setdefault("hops", []).append(
-            {"question": question, "verdict": verdict.value, "searched": searched, "strips": len(strips)}
+            {"question": question, "verdict": verdict.value, "searched": searched, "strips": len(strips),
+             "found": list(dict.fromkeys(s.title or s.source_id for s in strips))}
         )
         return [s.model_copy(update={"hop": number}) for s in strips]
+
+    async def _bridge_hop(self, bridge: Bridge, record: Any) -> tuple[list[Strip], dict[str, Any]]:
+        """The second hop of a bridge: retrieved with the bridge and what is asked of it, graded
+        against the question and the bridge, searched on the web when no chunk reaches the upper
+        threshold (the web's results graded the same way). Returns its strips and what it did,
+        for the trace."""
+        name = f"hop to “{bridge.entity}”"
+        with substep(record, f"{name}: retrieve"):
+            chunks = await self.retriever.retrieve(bridge.query)
+            chunks = await apply_postprocessors(self.postprocessors, bridge.query, chunks)
+        with substep(record, f"{name}: grade"):
+            grades = await self.grader.grade(bridge.graded_against, chunks)
+        verdict = decide_verdict(grades, self.upper, self.lower)
+        searched = verdict is not Verdict.CORRECT and web_configured(self.searcher)
+        if searched:
+            with substep(record, f"{name}: web_search") as search:
+                search.search_calls += 1
+                try:
+                    results = await self.searcher.search(bridge.query)
+                    chunks = [*chunks, *results]
+                    grades = [*grades, *await self.grader.grade(bridge.graded_against, results)]
+                except Exception as exc:  # noqa: BLE001 - a search outage costs this hop only
+                    search.degraded = record.degraded = f"web search for a hop failed ({describe(exc)})"
+        kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
+        with substep(record, f"{name}: refine"):
+            strips = [s.model_copy(update={"leads": answers(bridge, s)}) for s in await self.refiner.refine(bridge.query, kept)]
+        line = {
+            "question": bridge.query, "bridge": bridge.entity, "found_in": bridge.found_in,
+            "graded_against": bridge.graded_against, "verdict": verdict.value, "searched": searched,
+            "strips": len(strips), "found": list(dict.fromkeys(s.title or s.source_id for s in strips)),
+            "answering": sum(s.leads for s in strips),
+        }
+        return strips, line
 
     async def _standalone(self, query: str, history: Sequence[Turn], record: Any) -> str:
         """The follow-up made standalone by the condenser, or by the rules if it fails."""

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from crag.events import Grade, Source, Strip, Verdict
 from crag.steps.grading import explain_verdict
-from crag.trace import Explanation, GradeLine, Location, SourceLine, StepRecord, StripLine
+from crag.trace import Explanation, GradeLine, HopLine, Location, SourceLine, StepRecord, StripLine
 
 MAX_DROPPED = 24  # dropped strips listed, best first: enough to see what was left out
 NO_WEB = "no web search is configured, so nothing was searched"
@@ -66,8 +66,13 @@ def explain(
     for hop in hops:
         found_in = ([] if hop["verdict"] == "incorrect" else ["the documents"]) + (["the web"] if hop["searched"] else [])
         where = " and ".join(found_in) or "the documents"
-        rule += (f" The question needed another hop: crag also asked “{hop['question']}” "
-                 f"(grades {hop['verdict']}; {hop['strips']} strips from {where}).")
+        if hop.get("bridge"):
+            read = f" (read in “{hop['found_in']}”)" if hop.get("found_in") else ""
+            rule += (f" The first pass answered the question only in part: crag hopped to “{hop['bridge']}”{read} "
+                     f"and asked “{hop['question']}” (grades {hop['verdict']}; {hop['strips']} strips from {where}).")
+        else:
+            rule += (f" The question needed another hop: crag also asked “{hop['question']}” "
+                     f"(grades {hop['verdict']}; {hop['strips']} strips from {where}).")
     return Explanation(
         verdict=verdict.value,
         rule=rule,
@@ -77,6 +82,7 @@ def explain(
                           title=titles.get(g.chunk_id)) for g in grades],
         rewritten_query=rewritten_query,
         web=web,
+        hops=[HopLine(**hop) for hop in hops],
         strips=[_line(s, True) for s in kept] + [_line(s, False) for s in dropped[:MAX_DROPPED]],
         dropped_unlisted=max(0, len(dropped) - MAX_DROPPED),
         answer=answer,

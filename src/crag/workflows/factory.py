@@ -14,6 +14,7 @@ from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, W
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.prompts import BATCH_GRADE_PROMPT, GRADE_PROMPT
 from crag.steps.condensing import LLMCondenser, RuleCondenser
+from crag.steps.bridging import LexicalBridgeFinder
 from crag.steps.decomposition import LLMDecomposer, RuleDecomposer
 from crag.steps.grading import (
     BatchLLMGrader,
@@ -85,7 +86,7 @@ def build_workflow(
         else ExtractiveSynthesizer(max_sentences=settings.synthesizer.max_sentences)
     )
     kind = settings.decomposer.kind
-    decomposer = LLMDecomposer(llms.llm, max_tokens=limit.max_tokens_decompose) if pick(kind) else None if kind == "none" else RuleDecomposer(index.term_stats)
+    decomposer = LLMDecomposer(llms.llm, max_tokens=limit.max_tokens_decompose) if pick(kind) else None if kind == "none" else RuleDecomposer()
     defaults = dict(
         retriever=_summary_retriever(settings, index, embed_model, llms, components)
         if settings.retriever.kind == "summary"
@@ -105,6 +106,9 @@ def build_workflow(
         condenser=LLMCondenser(llms.llm, max_tokens=limit.max_tokens_condense)
         if pick(settings.rewriter.kind) else RuleCondenser(),
         decomposer=decomposer,
+        # Offline, a bridge's second hop is found from what the first hop found; with a model,
+        # the model writes it (each hop it grades costs calls). "none" answers in one hop.
+        bridger=LexicalBridgeFinder(index.term_stats) if isinstance(decomposer, RuleDecomposer) else None,
         web_search=_web_search(settings),
         synthesizer=synthesizer,
         postprocessors=_postprocessors(settings, index, embed_model, llms, evaluator, components),
@@ -115,9 +119,7 @@ def build_workflow(
     defaults.update({k: v for k, v in components.items() if v is not None})
     workflow = CorrectiveRAGWorkflow(
         **defaults,
-        # When the model's decomposition fails, the rules stand in: with the corpus's statistics,
-        # so that they too skip names of common words.
-        fallback_decomposer=RuleDecomposer(index.term_stats),
+        fallback_decomposer=RuleDecomposer(),
         upper=settings.grader.upper,
         lower=settings.grader.lower,
         # The set judgment is lexical: it checks lexical grades, and would overrule another grader's.
