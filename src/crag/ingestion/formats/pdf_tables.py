@@ -12,6 +12,14 @@ has, as a browser centres a short cell beside a tall one. The first row is the h
 Prose is not a table: a line of one column runs across the next column's start, and the
 lines of a page set in two or three columns are long (their first "cells" have more than
 `KEY_WORDS` words), where a table's first column holds keys: names, dates, numbers.
+
+A table whose columns were not found cleanly stays in the page's text, as pages were read
+before tables were found: one whose header (its first row) has an empty cell or a cell of
+figures, whose rows leave a cell empty more than a quarter of the time, that has fewer than
+two rows under its header, or whose rows all start with the same text (a title wrapped
+beside its label, "Table 4. —"). On the real-world set's government PDFs,
+such a table came out with its title line for header and several numbers to a cell, and its
+rows, cut from the column heads the page's text kept, were found less often than the page.
 """
 
 from __future__ import annotations
@@ -24,10 +32,13 @@ from dataclasses import dataclass
 
 KEY_WORDS = 4
 """Most words the median cell of a table's first column may have; prose columns have 6 to 12."""
+RUN_WORDS = 4
+"""Most words the median run of a table's lines may have (`_terse`)."""
 CHAR_WIDTH = 0.4
 """A run's least width a character, in ems: short of any text font's mean (0.45 to 0.55), so a
 cell is never thought wider than it is; a line of prose is wider by far."""
 _BLANK_LINES = re.compile(r"\n\s*\n")
+_NUMBER = re.compile(r"[\d\s.,:;%$()+\-–]*\d[\d\s.,:;%$()+\-–]*")  # a cell of figures
 
 
 @dataclass(frozen=True)
@@ -75,12 +86,14 @@ class PageRuns:
 
     def tables(self) -> PageTables | None:
         """The page's tables and its other text; None where it has none."""
-        found = _tables(_lines(self.runs))
+        found = [(table, cells) for table, starts in _tables(_lines(self.runs))
+                 if _terse(table) and _filled(cells := _cells(table, starts))]
         if not found:
             return None
         used = {run.index for table, _ in found for line in table for run in line}
         text = "".join(piece for i, piece in enumerate(self.pieces) if i not in used)
-        return PageTables(_BLANK_LINES.sub("\n", text), [_rows(table, starts) for table, starts in found])
+        rows = [[" | ".join(row) for row in cells] for _, cells in found]
+        return PageTables(_BLANK_LINES.sub("\n", text), rows)
 
 
 Line = list[Run]  # one line's runs, left to right
@@ -191,9 +204,26 @@ def _fits(line: Line, starts: list[float]) -> bool:
     return True
 
 
-def _rows(lines: list[Line], starts: list[float]) -> list[str]:
-    """Row lines, cells joined by " | ": each line with a first-column run (and the first line)
-    starts a row; any other line joins the nearest of those."""
+def _terse(lines: list[Line]) -> bool:
+    """Whether the lines read as cells, not as prose set in narrow columns (a Federal Register
+    page's three columns line up as well as a table's): half their runs have `RUN_WORDS` words
+    or fewer, where a column of prose runs six to ten words a line."""
+    return statistics.median(len(run.text.split()) for line in lines for run in line) <= RUN_WORDS
+
+
+def _filled(rows: list[list[str]]) -> bool:
+    """Whether the columns were found cleanly: a header with every cell, and rows that leave a
+    cell empty no more than a quarter of the time."""
+    header, body = rows[0], rows[1:]
+    gaps = sum(1 for row in body if not all(row))
+    return (all(header) and not any(_NUMBER.fullmatch(cell) for cell in header)  # names, not data
+            and len(body) >= 2 and gaps <= len(body) / 4
+            and len({row[0] for row in body}) > 1)  # a title wrapped beside its label is no table
+
+
+def _cells(lines: list[Line], starts: list[float]) -> list[list[str]]:
+    """Rows of cells: each line with a first-column run (and the first line) starts a row; any
+    other line joins the nearest of those."""
     anchors = [i for i, line in enumerate(lines) if i == 0 or _column(line[0], starts) == 0]
     members: dict[int, list[Line]] = {i: [] for i in anchors}
     for line in lines:
@@ -205,5 +235,5 @@ def _rows(lines: list[Line], starts: list[float]) -> list[str]:
         for line in sorted(members[anchor], key=lambda ln: -ln[0].y):
             for run in line:
                 cells[_column(run, starts)].append(run.text)
-        rows.append(" | ".join(" ".join(cell) for cell in cells))
+        rows.append([" ".join(cell) for cell in cells])
     return rows
