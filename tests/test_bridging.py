@@ -148,3 +148,30 @@ async def test_a_single_hop_question_takes_no_second_hop(corpus: Path) -> None:
     hop = next(r for r in result.trace.steps if r.name == "hop")
     assert hop.substeps == [] and result.trace.explanation.hops == []
     assert result.answer.startswith("The railway reached the valley in 1871")
+
+
+class TwoBridges:
+    """Two bridges whatever the strips: each names a band the corpus does not hold."""
+
+    async def bridges(self, question: str, strips: list[Strip]) -> list[Bridge]:
+        return [Bridge(entity=name, residual="city based", query=f"{name} city based",
+                       graded_against=f"{question} {name}") for name in ("Glass Harbour", "Velvet Quarry")]
+
+
+class CountingSearch:
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    async def search(self, query: str) -> list:
+        self.queries.append(query)
+        return []
+
+
+async def test_a_runs_bridge_hops_make_one_web_search_between_them(corpus: Path) -> None:
+    """Each is a paid call with a search API: two bridges the documents do not answer share one."""
+    search = CountingSearch()
+    workflow = crag.build_workflow(offline(corpus), bridger=TwoBridges(), web_search=search)
+    result = await workflow.run(query=BRIDGE)
+    hops = [q for q in search.queries if q.endswith("city based")]
+    assert len(hops) == 1
+    assert sorted(hop.searched for hop in result.trace.explanation.hops) == [False, True]

@@ -114,6 +114,12 @@ class RunState(RecordedState):
     rewrite_started: bool = False  # the speculative rewrite was sent with retrieval
 
 
+BRIDGE_SEARCHES = 1
+"""Web searches a run's bridge hops may make together. Each is a paid call with Tavily; with
+two bridges each searching, a single-hop question that merely names a word its passage lacks
+("occupation") tripled a run's searches (PopQA dev, 0.5 to 1.5 a question)."""
+
+
 class CorrectiveRAGWorkflow(RecordedWorkflow):
     """Corrective RAG: grade what was retrieved, and correct course with a web search.
 
@@ -355,7 +361,8 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                           for s in strips]
             elif not follow_ups and self.bridger is not None:
                 bridges = await self.bridger.bridges(state.query, strips)
-                hops = await asyncio.gather(*(self._bridge_hop(b, record) for b in bridges))
+                searches = [BRIDGE_SEARCHES]  # shared by the hops: a run's further web searches are few
+                hops = await asyncio.gather(*(self._bridge_hop(b, record, searches) for b in bridges))
                 # In the order the bridges were found: the best strip's first. A bridge's document
                 # may be one the first pass had: its strips are scored again, for what is asked of it.
                 record.details.setdefault("hops", []).extend(line for _, line in hops)
@@ -419,11 +426,13 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         )
         return [s.model_copy(update={"hop": number}) for s in strips]
 
-    async def _bridge_hop(self, bridge: Bridge, record: Any) -> tuple[list[Strip], dict[str, Any]]:
+    async def _bridge_hop(
+        self, bridge: Bridge, record: Any, searches: list[int]
+    ) -> tuple[list[Strip], dict[str, Any]]:
         """The second hop of a bridge: retrieved with the bridge and what is asked of it, graded
         against the question and the bridge, searched on the web when no chunk reaches the upper
-        threshold (the web's results graded the same way). Returns its strips and what it did,
-        for the trace."""
+        threshold and the run's hops have a search left (`searches`, shared; the web's results
+        graded the same way). Returns its strips and what it did, for the trace."""
         name = f"hop to “{bridge.entity}”"
         with substep(record, f"{name}: retrieve"):
             chunks = await self.retriever.retrieve(bridge.query)
@@ -431,12 +440,13 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         with substep(record, f"{name}: grade"):
             grades = await self.grader.grade(bridge.graded_against, chunks)
         verdict = decide_verdict(grades, self.upper, self.lower)
-        searched = verdict is not Verdict.CORRECT and web_configured(self.searcher)
+        searched = verdict is not Verdict.CORRECT and web_configured(self.searcher) and searches[0] > 0
         if searched:
+            searches[0] -= 1  # before the await: the other hop sees it taken
             with substep(record, f"{name}: web_search") as search:
                 search.search_calls += 1
                 try:
-                    results = await self.searcher.search(bridge.query)
+                    results = await by_deadline(self.searcher.search(bridge.query), "the web search")
                     chunks = [*chunks, *results]
                     grades = [*grades, *await self.grader.grade(bridge.graded_against, results)]
                 except Exception as exc:  # noqa: BLE001 - a search outage costs this hop only
