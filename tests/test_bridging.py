@@ -118,6 +118,8 @@ def test_a_strip_answers_its_bridge_when_it_is_about_the_bridge_and_says_what_wa
     assert answers(bridge, strip("It is a band based in Montreal.", title="Arcade Fire"))
     assert not answers(bridge, strip("Arcade Fire toured in 2013.", title="Reflektor"))  # nothing asked of it
     assert not answers(bridge, strip("The city of Montreal is based on an island.", title="Montreal"))  # not about it
+    read_in = bridge.model_copy(update={"found_in": "Arcade Fire"})  # the bridge was read in its own document
+    assert not answers(read_in, strip("It is a band based in Montreal.", title="Arcade Fire"))
 
 
 # --- the workflow ------------------------------------------------------------------------------

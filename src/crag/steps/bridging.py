@@ -102,8 +102,12 @@ class LexicalBridgeFinder:
 def answers(bridge: Bridge, strip: Strip) -> bool:
     """Whether `strip` answers what `bridge` asks: it comes from the bridge's own document (every
     word of the bridge's name in its title, or every word of the title, without its qualifier,
-    in the name) and holds a word of the residual. A hop to a name that was no bridge finds
-    none, and its sentence comes after the question's own."""
+    in the name) and holds a word of the residual, and it is not the document the bridge was
+    read in: a bridge leads to another document. A hop to a name that was no bridge finds none,
+    and its sentence comes after the question's own. (A report's pages share its title: a name
+    in that title, read on page 1, led the answer with page 2's sentence about something else.)"""
+    if bridge.found_in is not None and strip.title == bridge.found_in:
+        return False
     name, title = set(terms(bridge.entity)), set(terms(_QUALIFIER.sub("", strip.title or "")))
     about = bool(title) and (name <= set(terms(strip.title or "")) or title <= name)
     return about and bool(set(terms(bridge.residual)) & set(terms(f"{strip.title or ''} {strip.text}")))
