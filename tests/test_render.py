@@ -263,3 +263,12 @@ def test_mermaid_of_a_run_titles_the_verdict_and_greys_what_it_did_not_take() ->
     lit, dim = (re.search(rf"linkStyle ([\d,]+) stroke:{c}", text).group(1).split(",") for c in ("#1d4ed8", "#cbd5e1"))
     assert sorted(map(int, lit + dim)) == list(range(len(arrows)))
     assert arrows[int(lit[0])] == "ev_QueryStartEvent --> step_retrieve"
+
+
+def test_a_long_sub_step_name_gives_way_in_the_middle_so_the_timeline_keeps_room_for_bars() -> None:
+    from crag.app.render.overlay import LABEL_CHARS, _label
+
+    name = "hop to “History of the lithium-ion battery”: web_search"
+    shown = _label(name)
+    assert len(shown) == LABEL_CHARS and shown.startswith("hop to “History") and shown.endswith("…: web_search")
+    assert _label("retrieve") == "retrieve"

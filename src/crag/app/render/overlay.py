@@ -130,7 +130,7 @@ def timeline_svg(trace: RunTrace, width: int = 460) -> str:
     recs = [r for r, _ in rows]
     total = max([trace.seconds, *(r.ended for r in recs)]) or 1e-6
     top, row, bar_h = 30, 24, 14
-    x0 = 14 + 7.3 * max((len(indent + r.name) for r, indent in rows), default=4)
+    x0 = 14 + 7.3 * max((len(indent + _label(r.name)) for r, indent in rows), default=4)
     x1 = width - 74  # the right-hand column holds each step's duration
 
     def at(t: float) -> float:
@@ -151,7 +151,7 @@ def timeline_svg(trace: RunTrace, width: int = 460) -> str:
         colour = MARK["error"] if r.error else MARK["degraded"] if r.degraded else SUB_BAR if indent else BAR
         w = max(at(r.ended) - at(r.started), 2.0)
         tip = f"{escape(r.name)}: {escape(_tip(r))}"
-        parts += [text(x0 - 10, y, indent + r.name, text_anchor="end", fill="#475569" if indent else "#0f172a"),
+        parts += [text(x0 - 10, y, indent + _label(r.name), text_anchor="end", fill="#475569" if indent else "#0f172a"),
                   f'<rect class="bar" x="{at(r.started):.1f}" y="{y - bar_h / 2:.1f}" '
                   f'width="{w:.1f}" height="{bar_h}" rx="3" fill="{colour}">'
                   f'<title>{tip}</title></rect>',
@@ -160,6 +160,17 @@ def timeline_svg(trace: RunTrace, width: int = 460) -> str:
 
 
 SUB_BAR = "#94a3b8"  # a sub-step's bar: work done inside the step drawn above it
+LABEL_CHARS = 30
+"""Most characters of a timeline label: a hop's sub-steps are named after its bridge ("hop to
+“History of the lithium-ion battery”: web_search"), and a label that long left the bars a
+sliver. The middle gives way, the kind of work at the end stays; the bar's tooltip names it whole."""
+
+
+def _label(name: str) -> str:
+    if len(name) <= LABEL_CHARS:
+        return name
+    tail = name[name.rfind(":"):] if ":" in name else ""
+    return name[: LABEL_CHARS - len(tail) - 1] + "…" + tail
 
 
 def _timeline_rows(trace: RunTrace) -> list[tuple[StepRecord, str]]:
