@@ -345,14 +345,15 @@ def test_a_stalled_model_server_ends_at_the_runs_deadline_and_the_offline_compon
     assert len(server.requests) >= 1
 
 
-def test_the_cli_cancels_a_stalled_web_search_at_the_run_timeout_and_says_so_in_one_line(
+def test_the_cli_ends_a_stalled_web_search_at_the_runs_deadline_and_answers_from_the_documents(
     index_dir: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Tavily never answers within its own timeout (30 s); [run] timeout is 1 s. The
-    command must end within a few seconds of that, not wait for the stalled call."""
+    """Tavily never answers within its own timeout (30 s); [run] timeout is 1 s. The search
+    ends at the run's deadline (the timeout less what the offline components need), and the
+    command answers from the user's documents, saying why, instead of waiting for the stall."""
     monkeypatch.chdir(tmp_path)  # no crag.toml
     with LoopbackServer(lambda request: Stall(30)) as server:
         env = {"TAVILY_API_KEY": "tvly-test", "CRAG_WEB_SEARCH__BASE_URL": server.url,
@@ -361,10 +362,9 @@ def test_the_cli_cancels_a_stalled_web_search_at_the_run_timeout_and_says_so_in_
             monkeypatch.setenv(name, value)
         code = main(["ask", WEB_QUESTION, "--index", str(index_dir), "--quiet"])
 
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.count("\n") == 1 and err.startswith("crag: error: the run was cancelled")
-    assert "[run] timeout" in err and "Traceback" not in err  # the 1 s run timeout ended it, not the 30 s stall
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in out + err
+    assert "the run's deadline ended the web search after" in out + err
     assert len(server.requests) >= 1
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from crag._offload import off_loop
 from crag.events import Bridge, Strip
 from crag.steps.decomposition import names_in
 from crag.text import STOPWORDS, TermStats, terms, words
@@ -57,7 +58,7 @@ class LexicalBridgeFinder:
         self.common = common
 
     async def bridges(self, query: str, found: Sequence[Strip]) -> list[Bridge]:
-        return self.find(query, found)  # a few strips' words: microseconds, no need to leave the loop
+        return await off_loop(self.find, query, found)  # stemming: never on the loop (DESIGN.md)
 
     def find(self, query: str, found: Sequence[Strip]) -> list[Bridge]:
         """The bridges of `query` in what the first hop `found`; [] when it answered the whole

@@ -453,7 +453,9 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                     search.degraded = record.degraded = f"web search for a hop failed ({describe(exc)})"
         kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
         with substep(record, f"{name}: refine"):
-            strips = [s.model_copy(update={"leads": answers(bridge, s)}) for s in await self.refiner.refine(bridge.query, kept)]
+            refined = await self.refiner.refine(bridge.query, kept)
+            leads = await off_loop(lambda: [answers(bridge, s) for s in refined])
+            strips = [s.model_copy(update={"leads": lead}) for s, lead in zip(refined, leads)]
         line = {
             "question": bridge.query, "bridge": bridge.entity, "found_in": bridge.found_in,
             "graded_against": bridge.graded_against, "verdict": verdict.value, "searched": searched,
