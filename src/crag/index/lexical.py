@@ -71,7 +71,9 @@ class BM25:
             return np.zeros(self.size, dtype=np.float32)
         try:
             return self._model.get_scores(ids)
-        except (IndexError, ValueError) as exc:  # only a damaged saved array points outside itself
+        # Only damage does this: a saved array pointing outside itself, or a parameter file
+        # whose dtype no longer names one ("\x0eloat32", found by test_fuzz).
+        except (IndexError, ValueError, TypeError) as exc:
             if self._saved_in is None:
                 raise
             raise IndexNotFoundError.damaged(self._saved_in, f"is unreadable (lexical/bm25: {type(exc).__name__})") from None
