@@ -5,17 +5,20 @@ committed per loop turn, and runs cut off by a restart marked failed."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import uuid
 import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from llama_agents.client.protocol.serializable_events import EventEnvelopeWithMetadata
 from llama_agents.server import PersistentHandler
 from llama_agents.server._store.abstract_workflow_store import HandlerQuery
 from workflows.events import Event, StepState, StepStateChanged, StopEvent
 
-from crag.app.server.stores import SqliteRunStore
+from crag.app.server.stores import PostgresRunStore, SqliteRunStore
 from crag.events import StepProgressEvent
 
 
@@ -174,3 +177,34 @@ async def test_a_write_waits_while_another_connection_holds_the_lock(tmp_path: P
     found = await store.query(HandlerQuery(handler_id_in=["a", "b"]))
     assert sorted(h.handler_id for h in found) == ["a", "b"]
     other.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+async def test_events_streamed_from_concurrent_tasks_are_stored_in_the_order_they_were_sent(
+    tmp_path: Path, kind: str
+) -> None:
+    """The engine streams each event from a task of its own, and two steps' events are not
+    ordered by it: the store keeps them in the order the tasks reached it."""
+    if kind == "sqlite":
+        store = SqliteRunStore(str(tmp_path / "server.db"))
+    elif not os.environ.get("CRAG_TEST_POSTGRES_URL"):
+        pytest.skip("CRAG_TEST_POSTGRES_URL is not set")
+    else:
+        store = PostgresRunStore(os.environ["CRAG_TEST_POSTGRES_URL"])
+    run_id = f"run-{uuid.uuid4().hex}"
+    steps = [f"step{i:02d}" for i in range(24)]
+    try:
+        sent = [
+            asyncio.create_task(store.append_event(run_id, _envelope(StepProgressEvent(step=s, status="started"))))
+            for s in steps
+        ]
+        await asyncio.gather(*sent)
+        kept = await store.query_events(run_id)
+    finally:
+        if kind == "sqlite":
+            store.close()
+        else:
+            await store.close()
+
+    assert [e.sequence for e in kept] == list(range(len(steps)))
+    assert [e.event.value["step"] for e in kept] == steps

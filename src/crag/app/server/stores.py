@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -239,6 +239,7 @@ class PostgresRunStore(RunStateInMemory, PostgresWorkflowStore):
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn, handlers_table_name=HANDLERS_TABLE)
         self.unrecorded = UnrecordedEnds("postgresql")
+        self._appending: dict[str, _RunAppends] = {}  # runs with an append in flight
 
     def _bounded(self, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
         return given_up_after(POSTGRES_TIMEOUT, work, "the postgresql run store")
@@ -259,11 +260,36 @@ class PostgresRunStore(RunStateInMemory, PostgresWorkflowStore):
         return await self._bounded(super().delete(query))
 
     async def append_event(self, run_id: str, event: EventEnvelopeWithMetadata) -> None:
-        await self._bounded(super().append_event(run_id, event))
+        """Store a run's event with the next sequence number, in the order appends were made.
+
+        The engine streams each event from a task of its own, and serializes only one step's
+        events: two steps' events reach here concurrently. The base class numbers an event by
+        MAX(sequence) + 1 in its INSERT and retries on a clash, so the loser of a clash was
+        stored after an event emitted later (a run's stream once began with `rewrite` before
+        `retrieve`). One lock per run, taken in call order (asyncio's locks are FIFO), keeps
+        the stored order the emitted order; the entry lives only while appends are pending.
+        """
+        appends = self._appending.setdefault(run_id, _RunAppends())
+        appends.pending += 1
+        try:
+            async with appends.lock:
+                await self._bounded(super().append_event(run_id, event))
+        finally:
+            appends.pending -= 1
+            if not appends.pending:
+                del self._appending[run_id]
 
     async def query_events(self, run_id: str, after_sequence: int | None = None,
                            limit: int | None = None) -> list[StoredEvent]:
         return await self._bounded(super().query_events(run_id, after_sequence, limit))
+
+
+@dataclass
+class _RunAppends:
+    """One run's appends in flight: the lock that orders them, and how many hold or await it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending: int = 0
 
 
 @dataclass(frozen=True)
