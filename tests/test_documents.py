@@ -113,6 +113,37 @@ def test_an_epub_whose_table_of_contents_is_not_xml_keeps_the_chapters_headings(
     assert [d.metadata["section"] for d in read_documents(book)] == ["Welcome", "Cycles", "Recycling"]
 
 
+def test_a_question_naming_a_books_author_is_answered_from_the_chapter_not_the_title_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The author (dc:creator) is what every chapter is by, as the title is what it is in: a
+    question that names the author is not drawn to the one page that prints the name."""
+    from crag.config import Settings
+    from crag.workflows.factory import build_workflow
+
+    monkeypatch.syspath_prepend(str(DATA))
+    import make_fixtures
+
+    page = '<html xmlns="http://www.w3.org/1999/xhtml"><body><h1>{}</h1><p>{}</p></body></html>'
+    chapters = {"text/intro.xhtml": ("Title page", "The Devil Dictionary. By Ambrose Bierce."),
+                "text/cycles.xhtml": ("C", "Cynic: a blackguard whose faulty vision sees things as they are."),
+                "text/recycling.xhtml": ("D", "Dawn: the time when men of reason go to bed.")}
+    book = tmp_path / "books" / "dictionary.epub"
+    book.parent.mkdir()
+    book.write_bytes(make_fixtures.epub({
+        "OEBPS/content.opf": make_fixtures.epub_package(creators=["Ambrose  Bierce"]),
+        "OEBPS/nav.xhtml": "<html></html>", "OEBPS/toc.ncx": "<ncx></ncx>",  # titled by their headings
+        **{f"OEBPS/{name}": page.format(*chapter) for name, chapter in chapters.items()},
+    }))
+
+    assert {d.metadata["author"] for d in read_documents(book)} == {"Ambrose Bierce"}
+    crag.ingest([book.parent], tmp_path / "index")
+    workflow = build_workflow(Settings.load(env={}, index={"path": tmp_path / "index"}, web_search={"kind": "none"}))
+    result = workflow.ask("What is a cynic according to Ambrose Bierce?")
+    assert result.answer.startswith("Cynic: a blackguard"), result.answer
+    assert result.sources[0].section == "C"
+
+
 def test_an_html_page_reads_as_a_browser_shows_it_whatever_its_markup_indentation(tmp_path: Path) -> None:
     page = tmp_path / "glossary.html"
     page.write_text(

@@ -154,6 +154,21 @@ def epub_container(package: str) -> str:
             'media-type="application/oebps-package+xml"/></rootfiles></container>')
 
 
+def epub_package(creators: tuple[str, ...] | list[str] = ()) -> str:
+    """The book's package file: its title, its authors (dc:creator) and its chapters in order."""
+    return (
+        '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0">'
+        '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>Living with the '
+        "Helio H10</dc:title>" + "".join(f"<dc:creator>{c}</dc:creator>" for c in creators) + "</metadata><manifest>"
+        '<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>'
+        '<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/>'
+        + "".join(f'<item id="c{n}" href="text/{name}" media-type="application/xhtml+xml"/>'
+                  for n, (name, _, _) in enumerate(CHAPTERS, start=1))
+        + '</manifest><spine toc="ncx"><itemref idref="nav"/>'
+        + "".join(f'<itemref idref="c{n}"/>' for n in range(1, len(CHAPTERS) + 1))
+        + "</spine></package>")
+
+
 def epub(files: dict[str, str] | None = None) -> bytes:
     """An EPUB 3 book: the nav document titles chapter 1, the EPUB 2 NCX chapter 2, and
     chapter 3 only has its heading; `files` replaces or adds members."""
@@ -161,17 +176,7 @@ def epub(files: dict[str, str] | None = None) -> bytes:
             "<head><title>{title}</title></head><body>{body}</body></html>")
     members = {
         "META-INF/container.xml": epub_container("OEBPS/content.opf"),
-        "OEBPS/content.opf": (
-            '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0">'
-            '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>Living with the '
-            "Helio H10</dc:title></metadata><manifest>"
-            '<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>'
-            '<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/>'
-            + "".join(f'<item id="c{n}" href="text/{name}" media-type="application/xhtml+xml"/>'
-                      for n, (name, _, _) in enumerate(CHAPTERS, start=1))
-            + '</manifest><spine toc="ncx"><itemref idref="nav"/>'
-            + "".join(f'<itemref idref="c{n}"/>' for n in range(1, len(CHAPTERS) + 1))
-            + "</spine></package>"),
+        "OEBPS/content.opf": epub_package(),
         "OEBPS/nav.xhtml": page.format(title="Contents", body=(
             '<nav xmlns:epub="http://www.idpf.org/2007/ops" epub:type="toc"><ol>'
             '<li><a href="text/intro.xhtml">Getting started</a></li></ol></nav>')),

@@ -1,4 +1,5 @@
-"""EPUB (.epub): one Document per chapter (spine item), its title as `section`.
+"""EPUB (.epub): one Document per chapter (spine item), its title as `section`, the book's
+title and authors (dc:title, dc:creator) as `title` and `author`.
 
 Read with the standard library (zipfile, ElementTree, HTMLParser), as .docx is: an EPUB is a
 zip of XHTML pages listed in order by one XML package file, and ebooklib would bring lxml
@@ -40,7 +41,7 @@ def read_epub(path: Path, data: bytes) -> Iterator[Document]:
     contents, else its first heading."""
     require_bytes(path, data, "EPUB book")
     try:
-        chapters, title = _chapters(path, data)
+        chapters, title, author = _chapters(path, data)
     except IngestError:
         raise
     except _DAMAGED as exc:
@@ -53,12 +54,14 @@ def read_epub(path: Path, data: bytes) -> Iterator[Document]:
         metadata: dict[str, str] = {"title": title or path.stem, "file_name": path.name}
         if section:
             metadata["section"] = section
+        if author:
+            metadata["author"] = author
         yield Document(text=text.strip(), id_=doc_id(path, number), metadata=metadata)
         number += 1
 
 
-def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str]:
-    """[(chapter title, text)] in spine order, and the book's title."""
+def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str, str]:
+    """[(chapter title, text)] in spine order, the book's title and its authors."""
     try:
         archive = open_zip(path, data)
     except zipfile.BadZipFile:
@@ -78,6 +81,7 @@ def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str]:
         items = {i.get("id"): i for i in package.iter(f"{_OPF}item")}
         toc = _toc(unpacker, names, base, items)
         book_title = " ".join((package.findtext(f".//{_DC}title") or "").split())
+        author = ", ".join(" ".join((c.text or "").split()) for c in package.iter(f"{_DC}creator") if c.text)
         chapters = []
         for ref in package.iter(f"{_OPF}itemref"):
             item = items.get(ref.get("idref"))
@@ -94,7 +98,7 @@ def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str]:
             if heading and body.startswith(heading):
                 body = body[len(heading):]  # the title is metadata, as a Markdown heading is
             chapters.append((section, body))
-    return chapters, book_title
+    return chapters, book_title, author
 
 
 def _toc(unpacker: Unpacker, names: set[str], base: str, items: dict) -> dict[str, str]:

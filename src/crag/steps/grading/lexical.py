@@ -163,6 +163,8 @@ def _cached_terms(text: str) -> tuple[str, ...]:
 
 
 def context_of(metadata: dict) -> str | None:
-    """What names a chunk's subject besides its text: the title, and a Markdown section's headings."""
-    parts = [metadata.get("title"), metadata.get("section")]
+    """What names a chunk's subject besides its text: the title, the author where the file
+    names one ("What is a cynic according to Ambrose Bierce?" asks for a chapter that never
+    names him), and a section's headings."""
+    parts = [metadata.get("title"), metadata.get("author"), metadata.get("section")]
     return " ".join(p for p in parts if p) or None
