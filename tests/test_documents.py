@@ -7,6 +7,7 @@ The fixtures are written by tests/data/documents/make_fixtures.py and committed.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from itertools import pairwise
@@ -111,6 +112,41 @@ def test_an_epub_whose_table_of_contents_is_not_xml_keeps_the_chapters_headings(
     book.write_bytes(make_fixtures.epub({"OEBPS/nav.xhtml": "<html><p>&nbsp;<br></html>",
                                          "OEBPS/toc.ncx": "not xml"}))
     assert [d.metadata["section"] for d in read_documents(book)] == ["Welcome", "Cycles", "Recycling"]
+
+
+def _pdf_whose_map_drops_ligatures(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A PDF as some government PDFs are: its font names code 28 `/fi` and 29 `/T_h`, and its
+    `/ToUnicode` map gives them only their last letter ("i", "h")."""
+    import pypdf
+    from pypdf.generic import ArrayObject, DecodedStreamObject, DictionaryObject, NameObject, NumberObject
+
+    monkeypatch.syspath_prepend(str(DATA))
+    import make_fixtures
+
+    plain = make_fixtures.pdf([["\x1de signi\x1ccant \x1crst result: a \x1cnal yield of 9.2 tonnes."]])
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(plain)))
+    font = writer.pages[0]["/Resources"]["/Font"]["/F1"].get_object()
+    font[NameObject("/Encoding")] = DictionaryObject({
+        NameObject("/BaseEncoding"): NameObject("/WinAnsiEncoding"),
+        NameObject("/Differences"): ArrayObject([NumberObject(28), NameObject("/fi"), NameObject("/T_h")]),
+    })
+    cmap = DecodedStreamObject()
+    cmap.set_data(b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n1 begincodespacerange\n"
+                  b"<00> <ff>\nendcodespacerange\n2 beginbfrange\n<1c> <1c> <0069>\n<1d> <1d> <0068>\n"
+                  b"endbfrange\n1 beginbfrange\n<20> <7e> <0020>\nendbfrange\nendcmap\nend end\n")
+    font[NameObject("/ToUnicode")] = writer._add_object(cmap)
+    path = folder / "yield.pdf"
+    with path.open("wb") as out:
+        writer.write(out)
+    assert "signiicant irst" in pypdf.PdfReader(path).pages[0].extract_text()  # as pypdf reads the map
+    return path
+
+
+def test_a_pdf_whose_own_map_drops_a_ligatures_letters_reads_as_its_glyphs_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [page] = read_documents(_pdf_whose_map_drops_ligatures(tmp_path, monkeypatch))
+    assert page.text == "The significant first result: a final yield of 9.2 tonnes."
 
 
 def test_a_question_naming_a_books_author_is_answered_from_the_chapter_not_the_title_page(

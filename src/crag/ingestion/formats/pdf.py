@@ -21,6 +21,7 @@ from llama_index.core.schema import Document
 from crag.errors import IngestError
 from crag.ingestion.formats import doc_id, require_bytes, short_reason
 from crag.ingestion.formats.ocr import no_text_hint, scanned_pages
+from crag.ingestion.formats.pdf_fonts import mend_ligatures
 from crag.ingestion.formats.pdf_tables import PageRuns, PageTables
 from crag.ingestion.formats.table import row_groups
 
@@ -77,6 +78,7 @@ def _extract(
             if reader.is_encrypted and not _opens_without_password(reader):
                 raise IngestError(f"{path} is encrypted (it needs a password); save a copy "
                                   "without one (e.g. `qpdf --decrypt`) or leave it out.")
+            mend_ligatures(reader)  # "signiicantly" where a font's own map drops the "f"
             read = [_page_text(page) for page in reader.pages]
             pages, tables = [text for text, _ in read], [found for _, found in read]
             labels = _labels(reader, len(pages))
