@@ -16,10 +16,14 @@
     pages/s      reading every PDF in the folder that ingest read (`read_documents`), median of
                  --runs after one warm-up read, in this process.
     peak RSS     of `crag ingest` of the folder in a child (`_peak_rss`). Target <= 300 MB.
+    ligatures    words a font's Unicode map broke by dropping a ligature's first letters
+                 ("signiicant", "irst", "inancial"), counted per PDF in crag's text: a fixed
+                 list of the broken forms this set's PDFs showed before `formats/pdf_fonts.py`.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import statistics
 import time
@@ -97,6 +101,18 @@ def report(folder: Path, runs: int) -> None:
     rss = peak_rss_mb(INGEST, str(FILES), "--index", str(folder / "rss-index"), ok=(0, PARTIAL))
     print(f"\n| the folder | figure |\n|---|---|\n| PDFs read (crag read_documents), {pages} pages | {rate:.0f} pages/s |")
     print(f"| peak RSS, `crag ingest` of the folder (target ≤ 300) | {rss:.0f} MB |")
+    broken = {p.name: n for p in pdfs if (n := broken_ligatures(p))}
+    print(f"| words broken by a font's ligature map, in crag's text of the PDFs | {sum(broken.values())} |")
+    for name, n in sorted(broken.items()):
+        print(f"  {name}: {n}")
+
+
+_BROKEN = re.compile(r"\b(?:signii\w*|conid\w*|irst|inal\w*|inancial\w*|eld|beneit\w*|speciic\w*|classiied)\b")
+
+
+def broken_ligatures(path: Path) -> int:
+    """How many words of crag's text of `path` are ones a ligature map broke (the module's docstring)."""
+    return sum(len(_BROKEN.findall(d.text)) for d in read_documents(path))
 
 
 def ask_all(folder: Path, index: Path, chunks: ChunkIndex) -> list[Asked]:
