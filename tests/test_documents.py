@@ -149,6 +149,33 @@ def test_a_pdf_whose_own_map_drops_a_ligatures_letters_reads_as_its_glyphs_are_n
     assert page.text == "The significant first result: a final yield of 9.2 tonnes."
 
 
+def test_mending_ligatures_survives_a_form_that_contains_itself_and_junk_in_the_glyph_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pypdf
+    from pypdf.generic import ArrayObject, DictionaryObject, FloatObject, NameObject, TextStringObject
+
+    from crag.ingestion.formats.pdf_fonts import ligature_text, mend_ligatures
+
+    writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(_pdf_whose_map_drops_ligatures(tmp_path, monkeypatch)))
+    resources = writer.pages[0]["/Resources"]
+    font = resources["/Font"]["/F1"].get_object()
+    font["/Encoding"][NameObject("/Differences")] = ArrayObject(
+        [FloatObject(3.5), TextStringObject("junk"), *font["/Encoding"]["/Differences"]])
+    form = DictionaryObject({NameObject("/Type"): NameObject("/XObject"), NameObject("/Subtype"): NameObject("/Form"),
+                             NameObject("/Resources"): resources})  # a form whose resources hold the form
+    resources[NameObject("/XObject")] = DictionaryObject({NameObject("/X1"): writer._add_object(form)})
+    path = tmp_path / "loop.pdf"
+    with path.open("wb") as out:
+        writer.write(out)
+
+    assert mend_ligatures(pypdf.PdfReader(path)) == 1
+    [page] = read_documents(path)
+    assert page.text == "The significant first result: a final yield of 9.2 tonnes."
+    assert [ligature_text(n) for n in ("/fi", "/f_f_l", "/T_h", "/uni00A0", "/a_bc", "/f")] == [
+        "fi", "ffl", "Th", None, None, None]
+
+
 def test_a_question_naming_a_books_author_is_answered_from_the_chapter_not_the_title_page(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -81,7 +81,8 @@ def _chapters(path: Path, data: bytes) -> tuple[list[tuple[str, str]], str, str]
         items = {i.get("id"): i for i in package.iter(f"{_OPF}item")}
         toc = _toc(unpacker, names, base, items)
         book_title = " ".join((package.findtext(f".//{_DC}title") or "").split())
-        author = ", ".join(" ".join((c.text or "").split()) for c in package.iter(f"{_DC}creator") if c.text)
+        creators = (" ".join(c.text.split()) for c in package.iter(f"{_DC}creator") if c.text)
+        author = ", ".join(c for c in creators if c)
         chapters = []
         for ref in package.iter(f"{_OPF}itemref"):
             item = items.get(ref.get("idref"))

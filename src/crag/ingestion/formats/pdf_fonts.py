@@ -24,7 +24,7 @@ def ligature_text(name: str) -> str | None:
     if name in _NAMED:
         return _NAMED[name]
     parts = name.lstrip("/").split("_")
-    if len(parts) > 1 and all(len(part) == 1 and part.isascii() and part.isalpha() for part in parts):
+    if len(parts) > 1 and all(len(p) == 1 and p.isascii() and p.isalpha() for p in parts):
         return "".join(parts)
     return None
 
@@ -82,7 +82,10 @@ def _ligature_codes(font: Any) -> dict[int, str]:
 def _fonts(reader: Any) -> Iterator[Any]:
     """Every font the pages and their form XObjects use, each once."""
     seen: set[int] = set()
-    stack = [page.get("/Resources") for page in reader.pages]
+    try:
+        stack = [page.get("/Resources") for page in reader.pages]
+    except Exception:  # noqa: BLE001 - a damaged page tree: reading the pages says so, not this
+        return
     while stack:
         try:
             resources = stack.pop()
@@ -90,15 +93,19 @@ def _fonts(reader: Any) -> Iterator[Any]:
             if not hasattr(resources, "get") or id(resources) in seen:
                 continue
             seen.add(id(resources))
-            fonts = resources.get("/Font")
-            found = [ref.get_object() for ref in (fonts.get_object().values() if fonts is not None else ())]
-            xobjects = resources.get("/XObject")
-            forms = [x for x in (ref.get_object() for ref in (xobjects.get_object().values() if xobjects is not None else ()))
+            found = _entries(resources, "/Font")
+            inner = [x["/Resources"] for x in _entries(resources, "/XObject")
                      if hasattr(x, "get") and x.get("/Subtype") == "/Form" and "/Resources" in x]
-        except Exception:  # noqa: BLE001 - a damaged resource dictionary: its fonts are left as they are
+        except Exception:  # noqa: BLE001 - a damaged resource dictionary: its fonts stay as read
             continue
         for font in found:
             if hasattr(font, "get") and id(font) not in seen:
                 seen.add(id(font))
                 yield font
-        stack += [form["/Resources"] for form in forms]
+        stack += inner
+
+
+def _entries(resources: Any, key: str) -> list[Any]:
+    """The objects a resource dictionary lists under `key` (/Font, /XObject), resolved."""
+    listed = resources.get(key)
+    return [ref.get_object() for ref in listed.get_object().values()] if listed is not None else []
