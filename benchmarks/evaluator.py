@@ -56,6 +56,9 @@ from crag.evaluation.calibrate import Retrieval, fit_upper, retrieve_questions  
 from crag.evaluation.metrics import binary_report, contains_answer, roc_auc  # noqa: E402
 from crag.models import WordLlamaEmbedding  # noqa: E402
 from crag.steps.grading import LexicalEvaluator  # noqa: E402
+# The cue's candidates are the shipped `answer_type` feature's own (year, number, name).
+from crag.steps.grading.features import _CAPITALISED as _NAME  # noqa: E402
+from crag.steps.grading.features import _NUMBER, _YEAR  # noqa: E402
 from crag.text import TermStats, sentences, terms, weighted_coverage, words  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -138,17 +141,6 @@ def wordllama_cosine(sp: SetPairs) -> np.ndarray:
     return np.clip((q * t).sum(axis=1), 0.0, 1.0)
 
 
-_YEAR = re.compile(
-    r"\b(1\d{3}|20\d{2})s?\b|\b(january|february|march|april|may|june|july|august|"
-    r"september|october|november|december|century)\b",
-    re.IGNORECASE,
-)
-_NUMBER = re.compile(
-    r"\b\d[\d,.]*\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|hundred|"
-    r"thousand|million|billion)\b",
-    re.IGNORECASE,
-)
-_NAME = re.compile(r"\b[A-Z][\w'’-]+")
 
 
 def answer_type_cue(question: str, window: str) -> float:

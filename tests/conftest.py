@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -85,6 +86,25 @@ def no_blocking() -> Iterator[BlockBuster]:
     building loads files on purpose, and an async test's body runs on the loop."""
     with blockbuster_ctx("crag") as blockbuster:
         yield blockbuster
+
+
+# Passages on nothing the multi-hop tests ask about: the corpus they share with the passages
+# under test, so that retrieval and IDF have something to tell those apart from.
+FILLER = [
+    {"doc_id": f"filler-{i}", "title": title, "text": text}
+    for i, (title, text) in enumerate([
+        ("Harbour", "The harbour of the old town holds fishing boats and a lighthouse."),
+        ("Orchard", "Apple orchards cover the hills south of the river."),
+        ("Railway", "The railway reached the valley in 1871 and closed in 1962."),
+        ("Lighthouse", "The lighthouse was painted red and white in 1920."),
+    ])
+]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """Write `rows` to `path` as JSON lines (a web corpus, or documents to ingest)."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
 
 
 def ingested(root: Path, docs: dict[str, str]) -> Path:

@@ -9,10 +9,10 @@ hop can find the answer.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from conftest import FILLER, write_jsonl
 
 import crag
 from crag.events import Bridge, Strip
@@ -30,25 +30,11 @@ ARCADE_FIRE = {
     "text": "The band was formed in 2001 by Win Butler and Régine Chassagne. "
     "Arcade Fire is an indie rock band based in Montreal, Quebec.",
 }
-FILLER = [
-    {"doc_id": f"filler-{i}", "title": title, "text": text}
-    for i, (title, text) in enumerate([
-        ("Harbour", "The harbour of the old town holds fishing boats and a lighthouse."),
-        ("Orchard", "Apple orchards cover the hills south of the river."),
-        ("Railway", "The railway reached the valley in 1871 and closed in 1962."),
-        ("Lighthouse", "The lighthouse was painted red and white in 1920."),
-    ])
-]
 BRIDGE = "In which city is the band that recorded Reflektor based?"
 
 
 def strip(text: str, score: float = 0.5, title: str | None = None) -> Strip:
     return Strip(text=text, source_id=text[:10], kind="internal", score=score, title=title)
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ first names a thing only the second one describes (the offline bridge: tests/tes
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from conftest import FILLER, write_jsonl
 from loopback import LoopbackServer, openai_chat
 
 import crag
@@ -31,29 +31,16 @@ JACKSON = {
     "text": "Michael James Jackson was an English writer and journalist. He was the author of many "
     "influential books about beer and whisky.",
 }
-FILLER = [
-    {"doc_id": f"filler-{i}", "title": title, "text": text}
-    for i, (title, text) in enumerate([
-        ("Harbour", "The harbour of the old town holds fishing boats and a lighthouse."),
-        ("Orchard", "Apple orchards cover the hills south of the river."),
-        ("Railway", "The railway reached the valley in 1871 and closed in 1962."),
-    ])
-]
 BRIDGE = ("What did the writer write many books about, in whose honor Lucy Saunders contributed essays "
           "to \"Beer Hunter, Whisky Chaser\"?")
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """The index holds the second hop's passage, the web the first's (and fillers both)."""
     root = tmp_path_factory.mktemp("hops")
-    crag.ingest([write_jsonl(root / "docs.jsonl", [JACKSON, *FILLER])], root / "index")
-    write_jsonl(root / "web.jsonl", [SAUNDERS, *FILLER])
+    crag.ingest([write_jsonl(root / "docs.jsonl", [JACKSON, *FILLER[:3]])], root / "index")
+    write_jsonl(root / "web.jsonl", [SAUNDERS, *FILLER[:3]])
     return root
 
 

@@ -38,10 +38,10 @@ def mend_ligatures(reader: Any) -> int:
     for font in _fonts(reader):
         try:
             ligatures = _ligature_codes(font)
-            original = font["/ToUnicode"].get_object().get_data() if ligatures else b""
+            if not ligatures:
+                continue
+            original = font["/ToUnicode"].get_object().get_data()
         except Exception:  # noqa: BLE001 - a damaged font is read as pypdf reads it
-            continue
-        if not ligatures:
             continue
         # A later `bfchar` entry replaces an earlier one for the same code, in pypdf as in the
         # CMap format: the additions go last, before `endcmap` where there is one.
