@@ -9,6 +9,7 @@ hop can find the answer.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,43 @@ async def test_a_runs_bridge_hops_make_one_web_search_between_them(corpus: Path)
     hops = [q for q in search.queries if q.endswith("city based")]
     assert len(hops) == 1
     assert sorted(hop.searched for hop in result.trace.explanation.hops) == [False, True]
+
+
+class SecondBridgeGradedFirst:
+    """The offline grader, except that the first bridge's hop is graded only once the second's is."""
+
+    def __init__(self, corpus: Path) -> None:
+        from crag.index.store import ChunkIndex
+        from crag.steps.grading import LexicalEvaluator
+
+        self.inner = LexicalEvaluator(ChunkIndex.load(corpus / "index").term_stats)
+        self.second_graded = asyncio.Event()
+
+    async def grade(self, query: str, chunks: list) -> list:
+        if "Glass Harbour" in query:
+            await self.second_graded.wait()
+        grades = await self.inner.grade(query, chunks)
+        if "Velvet Quarry" in query:
+            self.second_graded.set()
+        return grades
+
+
+async def test_the_runs_web_search_goes_to_the_first_bridge_whichever_hop_is_graded_first(corpus: Path) -> None:
+    """The same question gets the same answer from run to run: the hops run at once, and the
+    search is the first bridge's (the best strip's) even when the second's grading ends first."""
+    search = CountingSearch()
+    workflow = crag.build_workflow(offline(corpus), bridger=TwoBridges(), web_search=search,
+                                   grader=SecondBridgeGradedFirst(corpus))
+    result = await workflow.run(query=BRIDGE)
+    assert [q for q in search.queries if q.endswith("city based")] == ["Glass Harbour city based"]
+    assert [hop.searched for hop in result.trace.explanation.hops] == [True, False]
+
+
+async def test_a_hop_that_fails_before_it_decides_does_not_hold_up_the_hops_after_it() -> None:
+    from crag.workflows.corrective import _SearchesInOrder
+
+    searches = _SearchesInOrder(1, 3)
+    second = asyncio.ensure_future(searches.decide(1, wanted=False))
+    third = asyncio.ensure_future(searches.decide(2, wanted=True))
+    searches.skip(0)  # the first hop's retrieval raised
+    assert await asyncio.gather(second, third) == [False, True]

@@ -120,6 +120,34 @@ two bridges each searching, a single-hop question that merely names a word its p
 ("occupation") tripled a run's searches (PopQA dev, 0.5 to 1.5 a question)."""
 
 
+class _SearchesInOrder:
+    """A run's bridge searches, handed to the hops in the bridges' order (the best strip's
+    first) whichever hop's grading ends first: the hops run at once, and when the first to be
+    graded took the search, the same question got another answer from run to run (18 of 300
+    PopQA dev answers differed between two runs). Each hop must `decide` once, or `skip` when
+    it fails first, or the hops after it would wait for it."""
+
+    def __init__(self, searches: int, hops: int) -> None:
+        self.left = searches
+        self._decided = [asyncio.Event() for _ in range(hops)]
+
+    async def decide(self, hop: int, wanted: bool) -> bool:
+        """Whether hop `hop` (0-based) searches: when it wants to and a search is left once the
+        hops before it have decided."""
+        if hop:
+            await self._decided[hop - 1].wait()
+        if self._decided[hop].is_set():
+            return False
+        granted = wanted and self.left > 0
+        self.left -= granted
+        self._decided[hop].set()
+        return granted
+
+    def skip(self, hop: int) -> None:
+        """Hop `hop` will not decide (it failed): the hops after it need not wait."""
+        self._decided[hop].set()
+
+
 class CorrectiveRAGWorkflow(RecordedWorkflow):
     """Corrective RAG: grade what was retrieved, and correct course with a web search.
 
@@ -361,8 +389,8 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
                           for s in strips]
             elif not follow_ups and self.bridger is not None:
                 bridges = await self.bridger.bridges(state.query, strips)
-                searches = [BRIDGE_SEARCHES]  # shared by the hops: a run's further web searches are few
-                hops = await asyncio.gather(*(self._bridge_hop(b, record, searches) for b in bridges))
+                searches = _SearchesInOrder(BRIDGE_SEARCHES, len(bridges))  # a run's further web searches are few
+                hops = await asyncio.gather(*(self._bridge_hop(b, record, searches, n) for n, b in enumerate(bridges)))
                 # In the order the bridges were found: the best strip's first. A bridge's document
                 # may be one the first pass had: its strips are scored again, for what is asked of it.
                 record.details.setdefault("hops", []).extend(line for _, line in hops)
@@ -427,22 +455,26 @@ class CorrectiveRAGWorkflow(RecordedWorkflow):
         return [s.model_copy(update={"hop": number}) for s in strips]
 
     async def _bridge_hop(
-        self, bridge: Bridge, record: Any, searches: list[int]
+        self, bridge: Bridge, record: Any, searches: _SearchesInOrder, number: int
     ) -> tuple[list[Strip], dict[str, Any]]:
-        """The second hop of a bridge: retrieved with the bridge and what is asked of it, graded
-        against the question and the bridge, searched on the web when no chunk reaches the upper
-        threshold and the run's hops have a search left (`searches`, shared; the web's results
-        graded the same way). Returns its strips and what it did, for the trace."""
+        """The second hop of a bridge (the `number`th, from 0): retrieved with the bridge and what
+        is asked of it, graded against the question and the bridge, searched on the web when no
+        chunk reaches the upper threshold and the run's hops have a search left (`searches`,
+        shared; the web's results graded the same way). Returns its strips and what it did, for
+        the trace."""
         name = f"hop to “{bridge.entity}”"
-        with substep(record, f"{name}: retrieve"):
-            chunks = await self.retriever.retrieve(bridge.query)
-            chunks = await apply_postprocessors(self.postprocessors, bridge.query, chunks)
-        with substep(record, f"{name}: grade"):
-            grades = await self.grader.grade(bridge.graded_against, chunks)
+        try:
+            with substep(record, f"{name}: retrieve"):
+                chunks = await self.retriever.retrieve(bridge.query)
+                chunks = await apply_postprocessors(self.postprocessors, bridge.query, chunks)
+            with substep(record, f"{name}: grade"):
+                grades = await self.grader.grade(bridge.graded_against, chunks)
+        except BaseException:
+            searches.skip(number)
+            raise
         verdict = decide_verdict(grades, self.upper, self.lower)
-        searched = verdict is not Verdict.CORRECT and web_configured(self.searcher) and searches[0] > 0
+        searched = await searches.decide(number, verdict is not Verdict.CORRECT and web_configured(self.searcher))
         if searched:
-            searches[0] -= 1  # before the await: the other hop sees it taken
             with substep(record, f"{name}: web_search") as search:
                 search.search_calls += 1
                 try:
