@@ -215,7 +215,20 @@ def test_an_html_page_reads_as_a_browser_shows_it_whatever_its_markup_indentatio
         "\t\t<table><tr><td>volts</td><td>12</td></tr></table>\n"
         "\t\t<pre>def f():\n\n    return 1</pre>\n\t</body>\n</html>\n", encoding="utf-8")
     [document] = read_documents(page)
-    assert document.text == "Cynic\n\nOne who sees things as they are.\n\nvolts 12\n\ndef f():\n\n    return 1"
+    assert document.text == "Cynic: One who sees things as they are.\n\nvolts 12\n\ndef f():\n\n    return 1"
+
+
+def test_a_definition_lists_term_leads_its_definition_in_one_paragraph(tmp_path: Path) -> None:
+    """As a glossary is read: apart, the sentence that defines a word would never name it."""
+    page = tmp_path / "glossary.html"
+    page.write_text(
+        "<dl><dt><dfn>Dawn</dfn></dt>\n<dd>\n<p>The time when men of reason go to bed.</p><p>Also a name.</p></dd>"
+        "<dt>Ghost</dt><dt>Spectre:</dt><dd>An outward sign of an inward fear.</dd>"
+        "<dt>Zenith</dt><dd></dd><dt>Zeal</dt></dl><p>The end.</p>", encoding="utf-8")
+    [document] = read_documents(page)
+    assert document.text.split("\n\n") == [
+        "Dawn: The time when men of reason go to bed.", "Also a name.", "Ghost",
+        "Spectre: An outward sign of an inward fear.", "Zenith", "Zeal", "The end."]
 
 
 def test_raw_html_in_markdown_is_left_out_and_html_in_code_is_kept(tmp_path: Path) -> None:

@@ -79,6 +79,27 @@ async def test_a_refiner_without_a_cap_keeps_every_sentence_above_the_floor() ->
     assert len(capped) == 2
 
 
+async def test_at_an_equal_score_the_sentence_that_defines_the_asked_word_comes_first() -> None:
+    """A glossary's "Cynic: ..." before a passing mention in an earlier passage; a copula does not
+    count, so an article's later "Marles was made..." stays behind its first sentence."""
+    def chunks(*texts: str) -> list[NodeWithScore]:
+        return [NodeWithScore(node=TextNode(id_=f"c{i}", text=t), score=1.0) for i, t in enumerate(texts)]
+
+    stats = TermStats.from_texts(["a cynic", "Marles", "the preface", "politics"])
+    refiner = StripRefiner(LexicalEvaluator(stats), max_strips=None, min_score=0.0)
+    mention, definition = "Among them, they brought the word cynic into disfavor.", "Cynic: A blackguard whose faulty vision."
+    strips = await refiner.refine("What is a cynic?", chunks(mention, definition))
+    assert strips[0].score == strips[1].score and [s.defines for s in strips] == [False, True]
+    answer, _ = await ExtractiveSynthesizer().synthesize("What is a cynic?", strips)
+    assert answer.startswith(definition)
+
+    first, later = "Richard Donald Marles (born 1967) is an Australian politician.", "Marles was made a secretary in 2009."
+    strips = await refiner.refine("What is Marles's occupation?", chunks(first, later))
+    assert strips[0].score == strips[1].score and not any(s.defines for s in strips)
+    answer, _ = await ExtractiveSynthesizer().synthesize("What is Marles's occupation?", strips)
+    assert answer.startswith(first)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     not (SHARED_DATA / "squad-dev.jsonl").exists(),

@@ -47,6 +47,8 @@ class Strip(Location):
     url: str | None = None
     hop: int = Field(0, description="Which hop found it: 0 the question itself, 1 on its sub-questions.")
     leads: bool = Field(False, description="It answers what its hop asked of a bridge: the answer starts with it.")
+    defines: bool = Field(False, description="It defines a term of the question (\"Cynic: A blackguard...\"): "
+                          "first among strips of equal score.")
 
 
 class Bridge(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -12,7 +13,7 @@ from llama_index.core.schema import NodeWithScore
 from crag._offload import off_loop, warm_up
 from crag.events import Strip
 from crag.steps.grading import LexicalEvaluator, context_of
-from crag.text import SPANS_KEY, sentences
+from crag.text import SPANS_KEY, STOPWORDS, sentences, terms, words
 from crag.trace import Location, note_dropped
 
 
@@ -57,7 +58,7 @@ class StripRefiner:
     def _refine(self, query: str, chunks: Sequence[NodeWithScore]) -> tuple[list[Strip], list[Strip]]:
         """The kept strips in source order, and the dropped ones, best first."""
         strips = [strip for chunk in chunks for strip in self._strips_of(query, chunk)]
-        ranked = sorted(range(len(strips)), key=lambda i: -strips[i].score)
+        ranked = sorted(range(len(strips)), key=lambda i: ranking(strips[i]))
         kept = sorted(i for i in ranked[: self.max_strips] if strips[i].score >= self.min_score)
         chosen = set(kept)
         return [strips[i] for i in kept], [strips[i] for i in ranked if i not in chosen]
@@ -86,12 +87,14 @@ class StripRefiner:
         kind = "web" if meta.get("kind") == "web" else "internal"
         context = context_of(meta)
         place = Location.fields(meta)  # the chunk's file and page, the same for every sentence
+        asked = set(terms(query))
         return [
             Strip(
                 text=sentence,
                 source_id=chunk.node.node_id,
                 kind=kind,
                 score=self.evaluator.score(query, sentence, context, split=False),
+                defines=defines(sentence, asked),
                 doc_id=meta.get("doc_id") or chunk.node.ref_doc_id,
                 title=meta.get("title"),
                 url=meta.get("url"),
@@ -99,3 +102,27 @@ class StripRefiner:
             )
             for sentence in sentences(chunk.node.get_content(), meta.get(SPANS_KEY))
         ]
+
+
+def ranking(strip: Strip) -> tuple[float, bool]:
+    """Best first, as a sorting key: the higher score, and at an equal score the sentence that
+    defines a term of the question ("Cynic: A blackguard whose..." before "they brought the
+    word 'cynic' into disfavor"); other ties keep their order, the source's own."""
+    return -strip.score, not strip.defines
+
+
+# A sentence's first words, then a colon: "Cynic: A blackguard whose...", a glossary's entry as
+# read from a definition list (`formats.html`), a slide or a document.
+_DEFINITION = re.compile(r"^\W*((?:[^\W_]+['’]?\s+){0,4}[^\W_]+)\s*:\s")
+
+
+def defines(sentence: str, asked: set[str]) -> bool:
+    """Whether `sentence` defines what the question asks of, as a glossary does: it opens with
+    question terms alone (no function word), then a colon. A copula does not count: in an
+    encyclopedia "Marles was made..." follows the article's first sentence, which it must not
+    pass (PopQA lost answers)."""
+    opening = _DEFINITION.match(sentence)
+    if not opening:
+        return False
+    subject = words(opening.group(1))
+    return not STOPWORDS.intersection(subject) and set(terms(opening.group(1))) <= asked

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from llama_index.core.llms import LLM, ChatMessage
 
 from crag.events import Source, Strip
+from crag.steps.refining import ranking
 from crag.models.replies import finish_reason, limits
 from crag.prompts import SYNTHESIZE_PROMPT
 from crag.trace import Location, note_degraded
@@ -74,7 +75,7 @@ class ExtractiveSynthesizer:
         return [f"{s.text} [{numbers[s.source_id]}]" for s in chosen]
 
     def _chosen(self, strips: Sequence[Strip]) -> list[Strip]:
-        ranked = sorted(strips, key=lambda s: -s.score)  # stable: the first source wins ties
+        ranked = sorted(strips, key=ranking)  # stable: the first source wins what ties are left
         # A further hop's strips were scored against its own sub-question, so they do not
         # compare with the question's: the answer has the best sentence of each further hop,
         # first where it answers what the hop asked of a bridge (the answer to a bridge question),

@@ -5,6 +5,10 @@ it: block elements become paragraph breaks, a run of whitespace in text one spac
 Collapsing matters for pages as they are written: a Standard Ebooks chapter indents its markup
 with tabs, and one EPUB dictionary read as 447,000 characters of which 90,000 were that
 indentation, cutting every entry's headword from its definition by a block of tabs.
+
+A definition list's term leads its definition in one paragraph, "Cynic: A blackguard whose
+faulty vision...", as a glossary is read: apart, the sentence that defines a word never names
+it, and a question about the word finds every other sentence that mentions it first.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ _SPACES = re.compile(r"\s+")
 
 class _TextExtractor(HTMLParser):
     _SKIP = frozenset({"script", "style", "noscript", "template"})
-    _BLOCK = frozenset({"p", "div", "br", "li", "tr", "section", "article", "dt", "dd", "blockquote",
+    _BLOCK = frozenset({"p", "div", "br", "li", "tr", "section", "article", "dl", "dt", "dd", "blockquote",
                         "pre", "header", "footer", "main", "nav", "aside", "figure", "figcaption",
                         "table", "caption", "hr", "address", "hgroup", "details", "summary",
                         *_HEADINGS})
     _CELL = frozenset({"td", "th"})  # a space apart: "<td>a</td><td>b</td>" is "a b", not "ab"
     _KEEP = frozenset({"pre", "textarea"})  # whitespace as written
+    _DEFINITION = frozenset({"dd", "p", "div", "span", "i", "b", "em", "strong", "dfn", "abbr", "a"})
+    # what may open between a term and its definition's first words without parting them
 
     def __init__(self) -> None:
         super().__init__()
@@ -34,6 +40,7 @@ class _TextExtractor(HTMLParser):
         self._keeping = 0
         self._in_title = False
         self._in_heading = False
+        self._after_term = False  # a <dt> ended: its <dd>'s text joins it after ": "
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
         if tag in self._SKIP:
@@ -44,7 +51,10 @@ class _TextExtractor(HTMLParser):
             self.parts.append((" ", False))
         if tag in self._KEEP:
             self._keeping += 1
-        if tag in self._BLOCK:
+        if self._after_term and (tag == "dt" or tag not in self._DEFINITION):
+            self._after_term = False  # another term, or what follows the list: the term stands alone
+            self.parts.append(None)
+        if tag in self._BLOCK and not self._after_term:
             self.parts.append(None)
             if tag in _HEADINGS and not self.heading.strip():
                 self._in_heading = True
@@ -56,7 +66,10 @@ class _TextExtractor(HTMLParser):
             self._in_title = False
         if tag in self._KEEP:
             self._keeping = max(0, self._keeping - 1)
-        if tag in self._BLOCK:
+        if tag == "dt":
+            self._after_term = True
+        elif tag in self._BLOCK:
+            self._after_term = False  # a definition without words, or the list's end
             self.parts.append(None)
             if tag in _HEADINGS:
                 self._in_heading = False
@@ -66,9 +79,24 @@ class _TextExtractor(HTMLParser):
             self.title += data
         elif not self._skipping:
             kept = self._keeping > 0
+            if self._after_term:
+                if not data.strip():
+                    return
+                self._after_term = False
+                self._join_term()
+                data = data.lstrip()
             self.parts.append((data if kept else _SPACES.sub(" ", data), kept))
             if self._in_heading:
                 self.heading += data
+
+    def _join_term(self) -> None:
+        """End the term just read with ": " (its definition follows), whatever spaces its markup left."""
+        while self.parts and self.parts[-1] is not None and not self.parts[-1][0].strip():
+            self.parts.pop()
+        if self.parts and self.parts[-1] is not None:
+            term = self.parts[-1][0].rstrip()
+            self.parts[-1] = (term, self.parts[-1][1])
+            self.parts.append((" " if term.endswith(":") else ": ", False))
 
     def text(self) -> str:
         """The paragraphs, one blank line apart; spaces at a paragraph's ends dropped, unless
