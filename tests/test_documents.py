@@ -207,39 +207,39 @@ def test_a_question_naming_a_books_author_is_answered_from_the_chapter_not_the_t
     assert result.sources[0].section == "C"
 
 
+def text_of(path: Path, written: str) -> str:
+    """What crag reads of a one-document file holding `written`."""
+    path.write_text(written, encoding="utf-8")
+    [document] = read_documents(path)
+    return document.text
+
+
 def test_an_html_page_reads_as_a_browser_shows_it_whatever_its_markup_indentation(tmp_path: Path) -> None:
-    page = tmp_path / "glossary.html"
-    page.write_text(
+    assert text_of(tmp_path / "glossary.html", (
         "<html>\n\t<body>\n\t\t<dl>\n\t\t\t<dt>\n\t\t\t\tCynic\n\t\t\t</dt>\n\t\t\t<dd>\n"
         "\t\t\t\t<p>One who sees things\n\t\t\t\tas they <i>are</i>.</p>\n\t\t\t</dd>\n\t\t</dl>\n"
         "\t\t<table><tr><td>volts</td><td>12</td></tr></table>\n"
-        "\t\t<pre>def f():\n\n    return 1</pre>\n\t</body>\n</html>\n", encoding="utf-8")
-    [document] = read_documents(page)
-    assert document.text == "Cynic: One who sees things as they are.\n\nvolts 12\n\ndef f():\n\n    return 1"
+        "\t\t<pre>def f():\n\n    return 1</pre>\n\t</body>\n</html>\n"
+    )) == "Cynic: One who sees things as they are.\n\nvolts 12\n\ndef f():\n\n    return 1"
 
 
 def test_a_definition_lists_term_leads_its_definition_in_one_paragraph(tmp_path: Path) -> None:
     """As a glossary is read: apart, the sentence that defines a word would never name it."""
-    page = tmp_path / "glossary.html"
-    page.write_text(
+    assert text_of(tmp_path / "glossary.html", (
         "<dl><dt><dfn>Dawn</dfn></dt>\n<dd>\n<p>The time when men of reason go to bed.</p><p>Also a name.</p></dd>"
         "<dt>Ghost</dt><dt>Spectre:</dt><dd>An outward sign of an inward fear.</dd>"
-        "<dt>Zenith</dt><dd></dd><dt>Zeal</dt></dl><p>The end.</p>", encoding="utf-8")
-    [document] = read_documents(page)
-    assert document.text.split("\n\n") == [
+        "<dt>Zenith</dt><dd></dd><dt>Zeal</dt></dl><p>The end.</p>"
+    )).split("\n\n") == [
         "Dawn: The time when men of reason go to bed.", "Also a name.", "Ghost",
         "Spectre: An outward sign of an inward fear.", "Zenith", "Zeal", "The end."]
 
 
 def test_raw_html_in_markdown_is_left_out_and_html_in_code_is_kept(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(
+    assert text_of(tmp_path / "README.md", (
         '<a href="https://example.org/data"><img src="https://example.org/badge.svg" alt="badge" /></a>\n\n'
         "CO2 data, <b>monthly</b>.<br/> Use the `<br>` tag for a break. <!-- to do -->\n\n"
-        "```\n<div>kept in a fence</div>\n```\n", encoding="utf-8")
-    [document] = read_documents(readme)
-    assert document.text == ("CO2 data, monthly. Use the `<br>` tag for a break. \n\n"
-                             "```\n<div>kept in a fence</div>\n```")
+        "```\n<div>kept in a fence</div>\n```\n"
+    )) == "CO2 data, monthly. Use the `<br>` tag for a break. \n\n```\n<div>kept in a fence</div>\n```"
 
 
 def test_a_table_is_cut_into_groups_of_rows_each_starting_with_the_header_line() -> None:

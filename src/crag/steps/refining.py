@@ -125,4 +125,5 @@ def defines(sentence: str, asked: set[str]) -> bool:
     if not opening:
         return False
     subject = words(opening.group(1))
-    return not STOPWORDS.intersection(subject) and set(terms(opening.group(1))) <= asked
+    named = set(terms(opening.group(1)))
+    return bool(named) and not STOPWORDS.intersection(subject) and named <= asked

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Sequence
 from llama_index.core.llms import LLM, ChatMessage
 
 from crag.events import Source, Strip
-from crag.steps.refining import ranking
 from crag.models.replies import finish_reason, limits
 from crag.prompts import SYNTHESIZE_PROMPT
+from crag.steps.refining import ranking
 from crag.trace import Location, note_degraded
 
 NO_KNOWLEDGE = "I found no relevant information to answer this question."
