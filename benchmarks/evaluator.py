@@ -141,8 +141,6 @@ def wordllama_cosine(sp: SetPairs) -> np.ndarray:
     return np.clip((q * t).sum(axis=1), 0.0, 1.0)
 
 
-
-
 def answer_type_cue(question: str, window: str) -> float:
     """1 when the window holds a candidate of the type the question asks for, else 0."""
     q = question.lower()

@@ -13,7 +13,7 @@ from llama_index.core.schema import NodeWithScore
 from crag._offload import off_loop, warm_up
 from crag.events import Strip
 from crag.steps.grading import LexicalEvaluator, context_of
-from crag.text import SPANS_KEY, STOPWORDS, sentences, terms, words
+from crag.text import SPANS_KEY, sentences, terms, words
 from crag.trace import Location, note_dropped
 
 
@@ -124,6 +124,5 @@ def defines(sentence: str, asked: set[str]) -> bool:
     opening = _DEFINITION.match(sentence)
     if not opening:
         return False
-    subject = words(opening.group(1))
-    named = set(terms(opening.group(1)))
-    return bool(named) and not STOPWORDS.intersection(subject) and named <= asked
+    named = terms(opening.group(1))  # function words are no terms: one among them drops out
+    return bool(named) and len(named) == len(words(opening.group(1))) and set(named) <= asked

@@ -136,8 +136,6 @@ class _SearchesInOrder:
         hops before it have decided."""
         if hop:
             await self._decided[hop - 1].wait()
-        if self._decided[hop].is_set():
-            return False
         granted = wanted and self.left > 0
         self.left -= granted
         self._decided[hop].set()

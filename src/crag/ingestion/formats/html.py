@@ -28,8 +28,8 @@ class _TextExtractor(HTMLParser):
                         *_HEADINGS})
     _CELL = frozenset({"td", "th"})  # a space apart: "<td>a</td><td>b</td>" is "a b", not "ab"
     _KEEP = frozenset({"pre", "textarea"})  # whitespace as written
+    # What may open between a term and its definition's first words without parting them.
     _DEFINITION = frozenset({"dd", "p", "div", "span", "i", "b", "em", "strong", "dfn", "abbr", "a"})
-    # what may open between a term and its definition's first words without parting them
 
     def __init__(self) -> None:
         super().__init__()
