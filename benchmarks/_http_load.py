@@ -31,7 +31,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _harness
 import throughput
+from _harness import percentile as pct
 from loopback import Drop, LoopbackServer, Reply, Stall, chaos
 
 LEVELS = (0.5, 1.0, 3.0)
@@ -102,11 +104,6 @@ HEADER = (
     f"{'stuck':>5} {'lost':>4} {'p50 s':>6} {'p95 s':>6} {'503 p95 ms':>9} {'RSS MB':>7} "
     f"{'lag p95':>8} {'lag max':>8}"
 )
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
 
 
 def rss_mb(pid: int) -> float:
@@ -197,7 +194,7 @@ async def level_run(server: throughput.Server, questions: list[str], level: Leve
     level.rss_mb = rss_mb(server.pid)
 
 
-def run_http(args) -> int:
+def run_http(args, run: _harness.Run) -> int:  # noqa: ANN001
     questions, corpus = throughput.load_inputs(300)
     llm = f"timeout = {args.timeout}\nmax_retries = {args.retries}\n"
     with tempfile.TemporaryDirectory(prefix="crag-load-http-") as tmp:
@@ -227,4 +224,8 @@ def run_http(args) -> int:
     print(f"  3x: {late} of {three_x.rejected} 503s took over 100 ms; RSS {one_x.rss_mb:.0f} MB at 1x, "
           f"{three_x.rss_mb:.0f} MB at 3x")
     print(f"overload_3x: stuck {three_x.stuck}, lost {three_x.lost}, p95_ratio {ratio:.2f}")
+    run.figures = {"capacity_runs_per_second": measured, "levels": [vars(level) | {
+        "admitted": len(level.admitted), "refusals": len(level.refusals), "lag": len(level.lag),
+        "p95_seconds": pct(level.admitted, 0.95), "lag_p95_ms": 1000 * pct(level.lag, 0.95)} for level in levels]}
+    run.goal("requests stuck or lost at 3x", three_x.stuck + three_x.lost, at_most=0)
     return 0 if three_x.stuck == three_x.lost == 0 else 1

@@ -1,19 +1,19 @@
 """Cold start: `crag --help`, `import crag` and one `crag ask` in fresh processes at 1k-100k chunks.
 
     python benchmarks/cold_start.py [--sizes 1000,10000,100000] [--runs 3] [--rebuild]
-                                    [--skip-install] [--out benchmarks/out/cold_start]
+                                    [--skip-install] [--out benchmarks/out/cold_start] [--smoke]
 
 What a user waits for before the first answer. Every command runs `--runs` times, each in a
 new process, after one untimed run that warms the page cache and, for `ask`, checks that the
-index is accepted: "cold" means a new interpreter, not an empty disk cache. Times are wall
-seconds and peak RSS of that one child (os.wait4). A small launcher interpreter starts each
-child, because Linux folds the spawning process's peak RSS into the child's ru_maxrss at exec:
-spawned from here, `import crag` would report this script's ~14 MB; the launcher's floor is
-~8.5 MB, under a bare `python -c pass`.
+index is accepted (`--runs 0`, the smoke size: once, unwarmed): "cold" means a new
+interpreter, not an empty disk cache. Times are wall
+seconds and peak RSS of that one child (os.wait4), started by `_harness.launch`'s small
+launcher: spawned from here, `import crag` would report this script's peak.
 
 Corpora are scale.py's (`make_corpus`: shuffled sentences of the shared dev corpora, four per
 document, one chunk each), made in a child so this process stays small, and built with
-`crag ingest` into benchmarks/out/cold_start/<size>/. An index is reused while its stamp
+`crag ingest` into benchmarks/out/cold_start/<size>/ (raising `[ingest] max_text_mb` for the
+100k corpus's one file, as `_harness.ingest_env` says). An index is reused while its stamp
 matches and `crag ask` accepts it; one that `crag ask` rejects (exit 2, asking to re-ingest:
 the on-disk format changed) is rebuilt, as is every one with --rebuild. The question is the
 first sentence of document d0, which every corpus shares (same seed), so each size answers
@@ -21,15 +21,14 @@ it from the same chunk along the same path. Children run offline with no API key
 
 install_mb is the site-packages of a new venv after `pip install` of this checkout with the
 default extras. MB = 2**20 bytes throughout. Goals on a 2-core machine: `crag --help` <= 0.3 s;
-cold ask at 100k <= 1.5x cold ask at 1k and <= 3 s; peak RSS at 100k <= 400 MB.
+cold ask at 100k <= 1.5x cold ask at 1k and <= 3 s; peak RSS at 100k <= 400 MB; install <= 400 MB.
+At smoke size the indexes are built in a temporary folder and the install is not measured.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import re
 import shutil
 import statistics
@@ -37,24 +36,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+import _harness
+from _harness import MB, Child, launch, offline_env
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent
 BIN = Path(sys.executable).parent
-MB = 2**20
-
-# Spawns argv[2:], waits for that one child and writes "seconds maxrss_kib exit_code" to argv[1].
-_LAUNCHER = """
-import os, sys, time
-start = time.perf_counter()
-pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ)
-_, status, usage = os.wait4(pid, 0)
-seconds = time.perf_counter() - start
-with open(sys.argv[1], "w") as f:
-    f.write(f"{seconds} {usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
-"""
 
 # scale.make_corpus into argv[4]/corpus.jsonl; document d0's first sentence as the question.
 _CORPUS = """
@@ -81,42 +70,16 @@ print(json.dumps(sorted(sizes.items(), key=lambda kv: -kv[1])))
 """
 
 
-@dataclass
-class Run:
-    seconds: float
-    peak_mb: float
-    code: int
-    stdout: str
-    stderr: str
-
-
-def child_env() -> dict[str, str]:
-    """This environment, offline, without settings or keys that would change what `ask` does."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CRAG_", "OPENAI_", "TAVILY_"))}
-    env["HF_HUB_OFFLINE"] = "1"
-    return env
-
-
-def launch(argv: list[str], cwd: Path) -> Run:
-    with tempfile.NamedTemporaryFile("r", prefix="crag-cold-", suffix=".txt") as report:
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", _LAUNCHER, report.name, *argv],
-                              cwd=cwd, env=child_env(), capture_output=True, text=True, check=False)
-        if done.returncode:
-            raise SystemExit(f"launcher failed on {argv}: {done.stderr.strip()}")
-        seconds, kib, code = report.read().split()
-    return Run(float(seconds), int(kib) / 1024, int(code), done.stdout, done.stderr)
-
-
-def repeat(argv: list[str], runs: int, cwd: Path) -> list[Run]:
-    """`runs` timed runs after an untimed one; every run must succeed."""
+def repeat(argv: list[str], runs: int, cwd: Path, warm: bool = True) -> list[Child]:
+    """`runs` timed runs, after an untimed one unless `warm` is False (`prepare` ran it); every
+    run must succeed. `runs` 0 (smoke size): one run, reported as it is."""
     out = []
-    for _ in range(runs + 1):
+    for _ in range(max(runs, 1) + (warm and runs > 0)):
         run = launch(argv, cwd)
         if run.code:
             raise SystemExit(f"{' '.join(argv)} exited {run.code}: {run.stderr.strip()[-2000:]}")
         out.append(run)
-    return out[1:]
+    return out[-max(runs, 1):]
 
 
 def label(size: int) -> str:
@@ -145,11 +108,12 @@ def build(size: int, folder: Path, data: Path) -> None:
     folder.mkdir(parents=True)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", _CORPUS, str(HERE), str(data), str(size), str(folder)],
-                   env=child_env(), check=True)
+                   env=offline_env(), check=True)
     made = time.perf_counter()
     say(f"{label(size)}: corpus in {made - start:.1f} s; ingesting ...")
+    env = {**offline_env(), **_harness.ingest_env(folder / "corpus.jsonl")}
     done = subprocess.run([str(BIN / "crag"), "ingest", "corpus.jsonl", "--index", "index", "-q"],
-                          cwd=folder, env=child_env(), capture_output=True, text=True, check=False)
+                          cwd=folder, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"crag ingest failed at {label(size)}: {done.stderr.strip()}")
     seconds = time.perf_counter() - made
@@ -208,36 +172,42 @@ def install_size() -> tuple[float, list[tuple[str, float]]]:
     return total / MB, [(name, size / MB) for name, size in json.loads(listed)]
 
 
-def row(name: str, runs: list[Run]) -> str:
+def row(name: str, runs: list[Child]) -> str:
     seconds = [r.seconds for r in runs]
     return (f"| {name} | {statistics.median(seconds):.3f} | {min(seconds):.3f} "
             f"| {max(seconds):.3f} | {max(r.peak_mb for r in runs):.1f} |")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000,100000",
-                        help="chunks per index, comma-separated")
-    parser.add_argument("--runs", type=int, default=3,
-                        help="timed runs per command (median reported)")
-    parser.add_argument("--rebuild", action="store_true", help="build every index again")
-    parser.add_argument("--skip-install", action="store_true",
-                        help="skip measuring a fresh install")
-    parser.add_argument("--data", type=Path, default=PROJECT.parent / "shared" / "data")
-    parser.add_argument("--out", type=Path, default=HERE / "out" / "cold_start",
-                        help="where the corpora and indexes are kept, one folder per size")
-    args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    started = time.perf_counter()
-    args.out.mkdir(parents=True, exist_ok=True)
-    indexes = [(size, *prepare(size, args.out, args.data, args.rebuild)) for size in sizes]
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--sizes", default="1000,10000,100000", help="chunks per index, comma-separated")
+    cli.add_argument("--runs", type=int, default=3, help="timed runs per command (median reported)")
+    cli.add_argument("--rebuild", action="store_true", help="build every index again")
+    cli.add_argument("--skip-install", action="store_true", help="skip measuring a fresh install")
+    cli.add_argument("--data", type=Path, default=_harness.DATA)
+    cli.add_argument("--out", type=Path, default=HERE / "out" / "cold_start",
+                     help="where the corpora and indexes are kept, one folder per size")
+    args = _harness.parse(cli, smoke={"sizes": "200", "runs": 0, "skip_install": True, "out": None})
+    with _harness.measured(__file__, args) as run, tempfile.TemporaryDirectory(prefix="crag-cold-") as tmp:
+        measure(args, run, args.out or Path(tmp))
+    return 0
 
-    results = {"help": repeat([str(BIN / "crag"), "--help"], args.runs, args.out),
-               "import": repeat([sys.executable, "-c", "import crag"], args.runs, args.out)}
+
+def measure(args, run: _harness.Run, out: Path) -> None:  # noqa: ANN001
+    sizes = [int(s) for s in args.sizes.split(",")]
+    out.mkdir(parents=True, exist_ok=True)
+    indexes = [(size, *prepare(size, out, args.data, args.rebuild)) for size in sizes]
+
+    results = {"help": repeat([str(BIN / "crag"), "--help"], args.runs, out),
+               "import": repeat([sys.executable, "-c", "import crag"], args.runs, out)}
     for size, folder, ask, _ in indexes:
-        results[size] = repeat(ask, args.runs, folder)
+        results[size] = repeat(ask, args.runs, folder, warm=False)  # prepare's probe warmed it
         say(f"{label(size)}: timed")
-    install = None if args.skip_install else install_size()
+    if args.skip_install:
+        install = None
+        run.skip("the fresh install's size", "--skip-install (it needs pip and the network)")
+    else:
+        install = install_size()
 
     print("| command | median s | min s | max s | peak MB |")
     print("|---|---:|---:|---:|---:|")
@@ -250,27 +220,17 @@ def main() -> int:
         return statistics.median(r.seconds for r in results[key]) if key in results else math.nan
 
     peak_100k = max(r.peak_mb for r in results[100_000]) if 100_000 in results else math.nan
-    print()
-    print(f"help_seconds: {median('help'):.3f}")
-    print(f"import_seconds: {median('import'):.3f}")
-    print(f"cold_ask_1k_seconds: {median(1000):.3f}")
-    print(f"cold_ask_100k_seconds: {median(100_000):.3f}")
-    print(f"cold_ask_100k_over_1k: {median(100_000) / median(1000):.2f}")
-    print(f"peak_mb_100k: {peak_100k:.1f}")
-    print(f"install_mb: {install[0]:.1f}" if install else "install_mb: nan")
+    run.figures = {"help_seconds": median("help"), "import_seconds": median("import"),
+                   "cold_ask_seconds": {chunks: median(size) for size, _, _, chunks in indexes},
+                   "peak_mb": {chunks: max(r.peak_mb for r in results[size]) for size, _, _, chunks in indexes},
+                   "install_mb": install[0] if install else None}
     if install:
         print("largest distributions: " + ", ".join(f"{n} {mb:.1f}" for n, mb in install[1][:10]))
-
-    def check(value: float, limit: float) -> str:
-        return "not measured" if math.isnan(value) else "yes" if value <= limit else "NO"
-
-    print(f"goals: help <= 0.3 s: {check(median('help'), 0.3)}; "
-          f"ask 100k <= 1.5x ask 1k: {check(median(100_000) / median(1000), 1.5)}; "
-          f"ask 100k <= 3 s: {check(median(100_000), 3)}; "
-          f"peak 100k <= 400 MB: {check(peak_100k, 400)}")
-    say(f"benchmark took {time.perf_counter() - started:.0f} s")
-    return 0
-
+    run.goal("crag --help, s", median("help"), at_most=0.3)
+    run.goal("cold ask at 100k over cold ask at 1k", median(100_000) / median(1000), at_most=1.5)
+    run.goal("cold ask at 100k, s", median(100_000), at_most=3)
+    run.goal("peak RSS of the cold ask at 100k, MB", peak_100k, at_most=400)
+    run.goal("a fresh install's site-packages, MB", install[0] if install else None, at_most=400)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,6 +2,7 @@
 grading, on the dev sets in ../shared/data.
 
     .venv/bin/python benchmarks/cost.py [--sets squad,popqa,hotpotqa] [--limit 100] [--noise 1.5]
+                                        [--data ../shared/data] [--smoke]
 
 THE MODEL HERE IS A SIMULATION. A loopback OpenAI-compatible server (tests/loopback.py) rates a
 chunk from the gold label: 9 when it is part of the question's gold passage, 1 otherwise, plus
@@ -43,21 +44,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO / "tests"))
+import _harness
+
+sys.path.insert(0, str(_harness.REPO / "tests"))
 
 from loopback import LoopbackServer, Reply, chat_completion, message_text  # noqa: E402
 
-from crag.config import Settings  # noqa: E402
+from crag import Settings  # noqa: E402
 from crag.evaluation.cascade import fit_band  # noqa: E402
 from crag.evaluation.datasets import drop_gold, load_corpus, load_questions, write_corpus  # noqa: E402
 from crag.index import ChunkIndex  # noqa: E402
 from crag.ingestion import ingest  # noqa: E402
-from crag.steps.grading import LexicalEvaluator, LLMGrader  # noqa: E402
+from crag.steps.grading import LexicalEvaluator, LLMGrader, thresholds_of  # noqa: E402
 from crag.workflows.factory import build_workflow  # noqa: E402
 
-DATA = REPO.parent / "shared" / "data"
 SETS = {"squad": "squad-dev", "popqa": "popqa-dev", "hotpotqa": "hotpotqa-dev"}
 SIMULATION = ("The model is a SIMULATION: ratings come from the gold labels plus noise; this "
               "measures calls, tokens and agreement between grading modes, not a real model's quality.")
@@ -155,8 +155,8 @@ async def _ask_all(name: str, settings: Settings, questions: list, model: Simula
 
 
 async def run_set(name: str, args: argparse.Namespace, tmp: Path) -> list[ModeResult]:
-    questions = load_questions(DATA / f"{SETS[name]}.jsonl")[: args.limit]
-    passages = load_corpus(DATA / f"{SETS[name]}-corpus.jsonl")
+    questions = load_questions(args.data / f"{SETS[name]}.jsonl")[: args.limit]
+    passages = load_corpus(args.data / f"{SETS[name]}-corpus.jsonl")
     text = {p.doc_id: _words(p.text) for p in passages}
     drop = drop_gold(questions, 0.5, args.seed)
     folder = tmp / name
@@ -217,26 +217,31 @@ def report(name: str, results: list[ModeResult]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--sets", default="squad,popqa,hotpotqa")
-    parser.add_argument("--limit", type=int, default=100, help="questions per set (half fit, half asked)")
-    parser.add_argument("--noise", type=float, default=1.5, help="sd of the simulated rating's noise, 0-10 scale")
-    parser.add_argument("--latency", type=float, default=0.02, help="seconds per simulated model call")
-    parser.add_argument("--target", type=float, default=0.98,
-                        help="verdict agreement the band is fitted for, on the first half (a margin over "
-                        "the 95%% wanted on the second half, which the fit never sees)")
-    parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args()
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--sets", default="squad,popqa,hotpotqa")
+    cli.add_argument("--limit", type=int, default=100, help="questions per set (half fit, half asked)")
+    cli.add_argument("--noise", type=float, default=1.5, help="sd of the simulated rating's noise, 0-10 scale")
+    cli.add_argument("--latency", type=float, default=0.02, help="seconds per simulated model call")
+    cli.add_argument("--target", type=float, default=0.98,
+                     help="verdict agreement the band is fitted for, on the first half (a margin over "
+                     "the 95%% wanted on the second half, which the fit never sees)")
+    cli.add_argument("--seed", type=int, default=7)
+    cli.add_argument("--data", type=Path, default=_harness.DATA)
+    args = _harness.parse(cli, smoke={"sets": "squad", "limit": 4})
     print(SIMULATION)
     lines = ["| set | mode | model calls/q | grading calls/q | verdicts as model-only | tokens = server's | ms/q |",
              "|---|---|---|---|---|---|---|"]
-    with tempfile.TemporaryDirectory(prefix="crag-cost-") as tmp:
+    with _harness.measured(__file__, args) as run, tempfile.TemporaryDirectory(prefix="crag-cost-") as tmp:
         for name in args.sets.split(","):
-            lines += report(name, asyncio.run(run_set(name, args, Path(tmp))))
-    print("\n".join(lines))
-    print(f"\n(k = 5, {args.limit // 2} questions asked per set, noise sd {args.noise}, "
-          f"{1000 * args.latency:.0f} ms per call; {SIMULATION})")
-
+            results = asyncio.run(run_set(name, args, Path(tmp)))
+            lines += report(name, results)
+            run.figures[name] = {r.name: {"calls_per_question": r.calls / r.questions,
+                                          "grading_calls_per_question": r.grading_calls / r.questions,
+                                          "tokens_and_calls_match": r.tokens_match and r.calls_match}
+                                 for r in results}
+        print("\n".join(lines))
+        print(f"\n(k = 5, {args.limit // 2} questions asked per set, noise sd {args.noise}, "
+              f"{1000 * args.latency:.0f} ms per call; {SIMULATION})")
 
 if __name__ == "__main__":
     main()

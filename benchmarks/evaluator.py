@@ -1,6 +1,6 @@
 """Offline relevance evaluators compared on the shared dev sets: which grade to ship.
 
-    .venv/bin/python benchmarks/evaluator.py [--data ../shared/data] [--sets squad,popqa,hotpotqa]
+    .venv/bin/python benchmarks/evaluator.py [--data ../shared/data] [--sets squad,popqa,hotpotqa] [--smoke]
 
 Pairs: each question's top-5 chunks from the default hybrid retriever, over an index from
 which the gold passages of half the questions (seed 0) were removed, exactly as
@@ -38,30 +38,26 @@ rests on.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import _harness
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from crag import Settings
+from crag.evaluation.calibrate import Retrieval, fit_upper, retrieve_questions
+from crag.evaluation.metrics import binary_report, contains_answer, roc_auc
+from crag.models import WordLlamaEmbedding
+from crag.steps.grading import LexicalEvaluator
 
-from crag import Settings  # noqa: E402
-from crag.evaluation.calibrate import Retrieval, fit_upper, retrieve_questions  # noqa: E402
-from crag.evaluation.metrics import binary_report, contains_answer, roc_auc  # noqa: E402
-from crag.models import WordLlamaEmbedding  # noqa: E402
-from crag.steps.grading import LexicalEvaluator  # noqa: E402
 # The cue's candidates are the shipped `answer_type` feature's own (year, number, name).
-from crag.steps.grading.features import _CAPITALISED as _NAME  # noqa: E402
-from crag.steps.grading.features import _NUMBER, _YEAR  # noqa: E402
-from crag.text import TermStats, sentences, terms, weighted_coverage, words  # noqa: E402
-
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from crag.steps.grading.features import _CAPITALISED as _NAME
+from crag.steps.grading.features import _NUMBER, _YEAR
+from crag.text import TermStats, sentences, terms, weighted_coverage, words
 
 
 @dataclass
@@ -253,12 +249,17 @@ def table(title: str, header: list[str], rows: list[list[str]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--sets", default="squad,popqa,hotpotqa")
-    parser.add_argument("--drop-gold", type=float, default=0.5)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--data", type=Path, default=_harness.DATA)
+    cli.add_argument("--sets", default="squad,popqa,hotpotqa")
+    cli.add_argument("--drop-gold", type=float, default=0.5)
+    cli.add_argument("--seed", type=int, default=0)
+    args = _harness.parse(cli, smoke={"sets": "squad,popqa"})  # two: a leave-one-set-out fit needs another set
+    with _harness.measured(__file__, args) as run:
+        compare(args, run)
+
+
+def compare(args, run: _harness.Run) -> None:  # noqa: ANN001
     sets = [collect(args.data, name, args.drop_gold, args.seed) for name in args.sets.split(",")]
     gold = [p.is_gold for sp in sets for p in sp.pairs]
 
@@ -322,6 +323,7 @@ def main() -> None:
         "\ncross-encoder: not measured; none can be installed with its weights from a package "
         "(see the docstring)."
     )
+    run.figures = {r.name: dict(zip(names, auc_cells(r, sets))) for r in results}
 
 
 if __name__ == "__main__":

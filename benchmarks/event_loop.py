@@ -2,10 +2,11 @@
 
     python benchmarks/event_loop.py [--chunks 10000] [--runs 20] [--rounds 5]
         [--executor pool|to_thread] [--workers N] [--switch-interval SECONDS] [--no-settle-heap]
+        [--out benchmarks/out/event_loop] [--smoke]
 
 The index is scale.py's corpus (`make_corpus`: shuffled sentences of the shared dev corpora,
 four per document, one chunk each), ingested once into benchmarks/out/event_loop/<chunks>/ and
-reused. The workflow is `build_workflow` with the offline defaults (hybrid retrieval, lexical
+reused (at smoke size, into a temporary folder). The workflow is `build_workflow` with the offline defaults (hybrid retrieval, lexical
 grader, strip refiner, keyword rewriter, local web search over the sample "web",
 extractive synthesis): everything is loaded before the first run. Then `crag.settle_heap()`,
 as a process that serves runs calls it (`crag serve` does); `--no-settle-heap` leaves the
@@ -29,41 +30,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness
+from scale import make_corpus, questions
 
-from scale import make_corpus, questions  # noqa: E402
-
-import crag  # noqa: E402
-from crag import _offload  # noqa: E402
-from crag.config import Settings  # noqa: E402
-from crag.index import ChunkIndex  # noqa: E402
-from crag.ingestion import ingest  # noqa: E402
-from crag.steps.grading import LexicalEvaluator, LLMGrader  # noqa: E402
-from crag.steps.rewriting import LLMRewriter  # noqa: E402
-from crag.steps.synthesis import LLMSynthesizer  # noqa: E402
-from crag.testing import FakeLLM  # noqa: E402
-from crag.workflows.factory import build_workflow  # noqa: E402
+import crag
+from crag import Settings, _offload
+from crag.index import ChunkIndex
+from crag.ingestion import ingest
+from crag.steps.grading import LexicalEvaluator, LLMGrader
+from crag.steps.rewriting import LLMRewriter
+from crag.steps.synthesis import LLMSynthesizer
+from crag.testing import FakeLLM
+from crag.workflows.factory import build_workflow
 
 OUT = Path(__file__).resolve().parent / "out" / "event_loop"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 WEB = Path(crag.__file__).parent / "sample_data" / "web.jsonl"
 TICK = 0.010
 MODEL_LATENCY = 0.2
 
 
-def index_for(chunks: int, data: Path) -> Path:
-    """The benchmark's index of `chunks` chunks, built on first use and reused after."""
-    folder = OUT / str(chunks)
+def index_for(chunks: int, data: Path, out: Path) -> Path:
+    """The benchmark's index of `chunks` chunks in `out`, built on first use and reused after."""
+    folder = out / str(chunks)
     try:
         if (folder / "corpus.jsonl").exists() and len(ChunkIndex.load(folder / "index")):
             return folder / "index"
@@ -71,7 +68,8 @@ def index_for(chunks: int, data: Path) -> Path:
         pass
     folder.mkdir(parents=True, exist_ok=True)
     make_corpus(data, chunks, folder / "corpus.jsonl")
-    ingest([folder / "corpus.jsonl"], folder / "index")
+    limits = Settings.load(env=_harness.ingest_env(folder / "corpus.jsonl")).ingest  # one big file
+    ingest([folder / "corpus.jsonl"], folder / "index", limits=limits)
     return folder / "index"
 
 
@@ -139,8 +137,8 @@ async def wall(work: Callable[[], Awaitable[object]]) -> float:
     return time.perf_counter() - start
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    index = ChunkIndex.load(index_for(args.chunks, args.data))
+async def main_async(args: argparse.Namespace, run: _harness.Run, out: Path) -> None:
+    index = ChunkIndex.load(index_for(args.chunks, args.data, out))
     settings = Settings.load(env={}, index={"path": index.path}, web_search={"corpus": WEB})
     offline = build_workflow(settings, index=index)
     fake = FakeLLM(reply=lambda prompt: "7" if "rate" in prompt.lower() else "Answer [1].", latency=MODEL_LATENCY)
@@ -180,28 +178,30 @@ async def main_async(args: argparse.Namespace) -> None:
           f"  heap settled: {'yes' if args.settle_heap else 'no'}")
     for key, value in figures.items():
         print(f"{key}: {value:.1f}")
-    goal = figures[f"timer_late_max_ms_{args.runs}_runs"]
-    print(f"goal: timer lateness with {args.runs} runs <= 20 ms: {'yes' if goal <= 20 else 'NO'} ({goal:.1f})")
+    run.figures = figures
+    run.goal(f"timer lateness with {args.runs} runs, ms", figures[f"timer_late_max_ms_{args.runs}_runs"], at_most=20)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chunks", type=int, default=10_000)
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5, help="repetitions of each measurement")
-    parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--executor", choices=("pool", "to_thread"), default="pool")
-    parser.add_argument("--workers", type=int, default=_offload.WORKERS, help="threads in crag's pool")
-    parser.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval, seconds")
-    parser.add_argument("--no-settle-heap", dest="settle_heap", action="store_false",
-                        help="leave the garbage collector alone, as a library user's process would")
-    args = parser.parse_args()
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--chunks", type=int, default=10_000)
+    cli.add_argument("--runs", type=int, default=20)
+    cli.add_argument("--rounds", type=int, default=5, help="repetitions of each measurement")
+    cli.add_argument("--data", type=Path, default=_harness.DATA)
+    cli.add_argument("--out", type=Path, default=OUT, help="where the index is kept, one folder per size")
+    cli.add_argument("--executor", choices=("pool", "to_thread"), default="pool")
+    cli.add_argument("--workers", type=int, default=_offload.WORKERS, help="threads in crag's pool")
+    cli.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval, seconds")
+    cli.add_argument("--no-settle-heap", dest="settle_heap", action="store_false",
+                     help="leave the garbage collector alone, as a library user's process would")
+    args = _harness.parse(cli, smoke={"chunks": 200, "runs": 3, "rounds": 1, "out": None})
     _offload.WORKERS = args.workers
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     if args.executor == "to_thread":
         _offload._executor = lambda: None  # type: ignore[assignment] - run_in_executor(None): asyncio's
-    asyncio.run(main_async(args))
+    with _harness.measured(__file__, args) as run, tempfile.TemporaryDirectory(prefix="crag-loop-") as tmp:
+        asyncio.run(main_async(args, run, args.out or Path(tmp)))
     return 0
 
 

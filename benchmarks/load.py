@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/load.py [--queries 200] [--fault-rate 0.1] [--seed 7]
     .venv/bin/python benchmarks/load.py --http [--seconds 60]   (crag serve; see _http_load.py)
+    .venv/bin/python benchmarks/load.py --smoke                 (10 queries; not --http)
 
 One `CorrectiveRAGWorkflow` (LLM grader, rewriter and synthesizer; Tavily web search),
 `--queries` concurrent `run()`s on it. The LLM and Tavily are loopback servers on
@@ -24,7 +25,6 @@ the whole load at `--budget` seconds. Nothing leaves the machine.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import re
 import statistics
@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import _harness
+
+sys.path.insert(0, str(_harness.REPO / "tests"))
 
 from loopback import (  # noqa: E402 - tests/ is put on the path just above
     Drop,
@@ -126,10 +128,7 @@ class LoadReport:
     degradations: Counter = field(default_factory=Counter)  # by step
 
     def percentile(self, q: float) -> float:
-        if not self.latencies:
-            return 0.0
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+        return _harness.percentile(self.latencies, q)
 
     def line(self) -> str:
         return (
@@ -296,27 +295,35 @@ async def run_load(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--fault-rate", type=float, default=0.1)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--timeout", type=float, default=1.0, help="per-attempt timeout, LLM and search")
-    parser.add_argument("--retries", type=int, default=2, help="max_retries, LLM and search")
-    parser.add_argument("--run-timeout", type=float, default=30.0)
-    parser.add_argument("--budget", type=float, default=120.0, help="seconds for the whole load")
-    parser.add_argument("-v", "--verbose", action="store_true", help="also print what degraded and why")
-    http = parser.add_argument_group("--http: crag serve under 0.5x, 1x and 3x its capacity (_http_load.py)")
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--queries", type=int, default=200)
+    cli.add_argument("--fault-rate", type=float, default=0.1)
+    cli.add_argument("--seed", type=int, default=7)
+    cli.add_argument("--timeout", type=float, default=1.0, help="per-attempt timeout, LLM and search")
+    cli.add_argument("--retries", type=int, default=2, help="max_retries, LLM and search")
+    cli.add_argument("--run-timeout", type=float, default=30.0)
+    cli.add_argument("--budget", type=float, default=120.0, help="seconds for the whole load")
+    cli.add_argument("-v", "--verbose", action="store_true", help="also print what degraded and why")
+    http = cli.add_argument_group("--http: crag serve under 0.5x, 1x and 3x its capacity (_http_load.py)")
     http.add_argument("--http", action="store_true", help="drive a crag serve process instead")
     http.add_argument("--seconds", type=float, default=60.0, help="seconds per level")
     http.add_argument("--latency", type=float, default=0.05, help="seconds per fake LLM call")
     http.add_argument("--max-runs", type=int, default=8, help="crag serve's [server] max_runs")
     http.add_argument("--max-queue", type=int, default=8, help="crag serve's [server] max_queue")
     http.add_argument("--request-timeout", type=float, default=60.0, help="client timeout per request")
-    args = parser.parse_args()
-    if args.http:
-        from _http_load import run_http
+    args = _harness.parse(cli, smoke={"queries": 10})
+    with _harness.measured(__file__, args) as run:
+        if args.http:
+            from _http_load import run_http
 
-        return run_http(args)
+            return run_http(args, run)
+        if args.smoke:
+            run.skip("--http, crag serve at 0.5x, 1x and 3x its capacity",
+                     "a minute a level; throughput.py's smoke starts crag serve")
+        return run_inprocess(args, run)
+
+
+def run_inprocess(args, run: _harness.Run) -> int:  # noqa: ANN001
     report = asyncio.run(
         run_load(
             args.queries,
@@ -338,9 +345,13 @@ def main() -> int:
             print(f"  error x{count}: {message}")
         for message in report.unhandled[:20]:
             print(f"  unhandled: {message}")
+    run.figures = {"queries": report.queries, "answered": report.answered, "degraded": report.degraded,
+                   "errors": sum(report.errors.values()), "unhandled": len(report.unhandled),
+                   "p50_seconds": report.percentile(0.5), "p95_seconds": report.percentile(0.95),
+                   "wall_seconds": report.wall}
+    run.goal("queries unhandled", len(report.unhandled), at_most=0)
     ok = not report.unhandled and report.answered + sum(report.errors.values()) == report.queries
     return 0 if ok else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
 """CPU per chat call through crag's OpenAI client with many calls in flight.
 
-    .venv/bin/python benchmarks/model_client.py [--calls 1400] [--latency 0.05] [--pools 64]
+    .venv/bin/python benchmarks/model_client.py [--calls 1400] [--latency 0.05] [--pools 64] [--smoke]
 
 `crag.models.openai_llm` against the fake chat server of throughput.py (its own process,
 answering after `--latency` s), `--calls` calls at once (crag lets 64 be in flight per
@@ -11,22 +11,19 @@ default (one httpx pool), for comparison.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness
+import throughput  # the fake model server
+from llama_index.core.llms import ChatMessage
 
-import throughput  # noqa: E402 - the fake model server
-from llama_index.core.llms import ChatMessage  # noqa: E402
-
-from crag import models  # noqa: E402
-from crag.models import http_pools  # noqa: E402
-from crag.config import LLMSettings  # noqa: E402
+from crag import models
+from crag.config import LLMSettings
+from crag.models import http_pools
 
 
 async def calls(llm: object, n: int) -> tuple[float, float]:
@@ -39,23 +36,25 @@ async def calls(llm: object, n: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=1400)
-    parser.add_argument("--latency", type=float, default=0.05)
-    parser.add_argument("--pools", type=int, default=http_pools.POOL_SHARDS)
-    args = parser.parse_args()
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--calls", type=int, default=1400)
+    cli.add_argument("--latency", type=float, default=0.05)
+    cli.add_argument("--pools", type=int, default=http_pools.POOL_SHARDS)
+    args = _harness.parse(cli, smoke={"calls": 20})
     http_pools.POOL_SHARDS = args.pools
-    with tempfile.TemporaryDirectory() as tmp:
+    with _harness.measured(__file__, args) as run, tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.jsonl"
         corpus.write_text('{"doc_id": "a", "title": "t", "text": "x"}\n', encoding="utf-8")
         with throughput.fake_server(args.latency, corpus) as url:
             llm = models.openai_llm(LLMSettings(base_url=url + "/v1", api_key="sk-fake"))
             wall, cpu = asyncio.run(calls(llm, args.calls))
-    print(
-        f"{args.calls} calls, {args.pools} pool(s), fake latency {args.latency * 1000:.0f} ms: "
-        f"wall {wall:.2f} s, client CPU {cpu:.2f} s = {1000 * cpu / args.calls:.2f} ms per call "
-        f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)"
-    )
+        print(
+            f"{args.calls} calls, {args.pools} pool(s), fake latency {args.latency * 1000:.0f} ms: "
+            f"wall {wall:.2f} s, client CPU {cpu:.2f} s = {1000 * cpu / args.calls:.2f} ms per call "
+            f"(load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)"
+        )
+        run.figures = {"calls": args.calls, "pools": args.pools, "wall_seconds": wall,
+                       "client_cpu_ms_per_call": 1000 * cpu / args.calls}
 
 
 if __name__ == "__main__":

@@ -18,11 +18,11 @@ machine the wall time counts the other work too.
     python benchmarks/ocr.py --engine rapidocr     # one engine, JSON
     python benchmarks/ocr.py --engine tesserocr --psm 4   # Tesseract told the page is one column
     python benchmarks/ocr.py --crag                # the pages as one scanned PDF, through crag.ingest
+    python benchmarks/ocr.py --smoke               # the 150 dpi page only, each engine found; not --crag
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -34,7 +34,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from PIL import Image, ImageFilter, ImageFont, ImageDraw
+import _harness
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 ENGINES = ("rapidocr", "rapidocr_onnxruntime", "tesserocr", "pytesseract")
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf"
@@ -127,12 +128,15 @@ def scanned(page: Image.Image, seed: int) -> Image.Image:
     return page.filter(ImageFilter.GaussianBlur(0.8))
 
 
-def pages() -> list[tuple[str, Image.Image, str]]:
-    """(name, image, reference text) for each page of the set."""
+def pages(smoke: bool = False) -> list[tuple[str, Image.Image, str]]:
+    """(name, image, reference text) for each page of the set; the 150 dpi page alone at smoke size."""
     out = []
     for name, dpi in (("300 dpi", 300), ("200 dpi", 200), ("150 dpi", 150)):
         text = sentences(dpi, 40)
-        out.append((name, render(text, dpi), " ".join(text)))
+        if not smoke or dpi == 150:
+            out.append((name, render(text, dpi), " ".join(text)))
+    if smoke:
+        return out
     text = sentences(7, 40)
     out.append(("200 dpi, noise and blur", scanned(render(text, 200), 7), " ".join(text)))
     text = sentences(8, 40)
@@ -188,14 +192,14 @@ def reader(name: str, psm: int | None = None):
     raise SystemExit(f"unknown engine {name}")
 
 
-def measure(name: str, psm: int | None = None) -> dict:
+def measure(name: str, psm: int | None = None, smoke: bool = False) -> dict:
     import numpy as np
 
     start = time.perf_counter()
     read = reader(name, psm)
     load = time.perf_counter() - start
     rows = []
-    for title, image, reference in pages():
+    for title, image, reference in pages(smoke):
         array = np.asarray(image.convert("RGB")) if name.startswith("rapidocr") else image
         start, cpu = time.perf_counter(), cpu_seconds()
         text = read(array)
@@ -226,44 +230,60 @@ def installed() -> list[str]:
     return [name for name in ENGINES if importlib.util.find_spec(name) is not None]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", help="measure this engine only, in this process; print JSON")
-    parser.add_argument("--psm", type=int, help="with --engine tesserocr: Tesseract's page segmentation mode")
-    parser.add_argument("--save", type=Path, help="write the pages as PNG files to this folder")
-    parser.add_argument("--crag", action="store_true",
-                        help="ingest the pages as one PDF with crag's defaults (the ocr extra)")
-    args = parser.parse_args()
-    if args.crag:
-        ingest_scan()
-        return
-    if args.save:
-        args.save.mkdir(parents=True, exist_ok=True)
-        for number, (title, image, _) in enumerate(pages(), 1):
-            image.save(args.save / f"page{number}.png", dpi=(200, 200))
-        return
-    if args.engine:
-        result = measure(args.engine, args.psm)
+def main() -> int:
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--engine", help="measure this engine only, in this process; print JSON")
+    cli.add_argument("--psm", type=int, help="with --engine tesserocr: Tesseract's page segmentation mode")
+    cli.add_argument("--save", type=Path, help="write the pages as PNG files to this folder")
+    cli.add_argument("--crag", action="store_true",
+                     help="ingest the pages as one PDF with crag's defaults (the ocr extra)")
+    args = _harness.parse(cli, smoke={})
+    if args.engine:  # the child of the table below: its JSON is the engine's figures alone
+        result = measure(args.engine, args.psm, args.smoke)
         if args.psm:
             show(f"{args.engine} --psm {args.psm}", result)
         else:
             print(json.dumps(result))
-        return
-    for name in installed():
+        return 0
+    with _harness.measured(__file__, args) as run:
+        if args.crag:
+            run.figures = ingest_scan()
+        elif args.save:
+            args.save.mkdir(parents=True, exist_ok=True)
+            for number, (title, image, _) in enumerate(pages(), 1):
+                image.save(args.save / f"page{number}.png", dpi=(200, 200))
+        else:
+            return compare(args, run)
+    return 0
+
+
+def compare(args, run: _harness.Run) -> int:  # noqa: ANN001
+    """Every engine found, each in its own process; a table per engine; 1 if one failed."""
+    found = installed()
+    if not found:
+        run.skip("every OCR engine", f"none of {', '.join(ENGINES)} is installed (the ocr extra is tesserocr)")
+    if args.smoke:
+        run.skip("the pages but the 150 dpi one, and --crag", "smoke size")
+    failed = []
+    for name in found:
         # Debian's tesseract runs OpenMP threads, which spin on a busy machine: once as it
         # comes, once held to one thread as tesserocr's wheel (built without OpenMP) runs.
         for threads in ([None, "1"] if name == "pytesseract" else [None]):
             env = {**os.environ, **({"OMP_THREAD_LIMIT": threads} if threads else {})}
-            out = subprocess.run([sys.executable, __file__, "--engine", name], capture_output=True,
-                                 text=True, env=env)
+            child = [sys.executable, __file__, "--engine", name, *(["--smoke"] if args.smoke else [])]
+            out = subprocess.run(child, capture_output=True, text=True, env=env)
             label = f"{name} (OMP_THREAD_LIMIT={threads})" if threads else name
             if out.returncode:
                 print(f"{label}: failed: {out.stderr.strip().splitlines()[-1:]}")
+                failed.append(label)
                 continue
-            show(label, json.loads(out.stdout.strip().splitlines()[-1]))
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            show(label, result)
+            run.figures[label] = result
+    return 1 if failed else 0
 
 
-def ingest_scan() -> None:
+def ingest_scan() -> dict:
     """The pages as one PDF with no text layer, ingested with crag's `[ingest]` defaults: the
     reader's child does the OCR, within its time and memory limits."""
     import tempfile
@@ -282,6 +302,8 @@ def ingest_scan() -> None:
     print(f"{len(images)} scanned pages: {report.documents} documents, {report.chunks_added} chunks, "
           f"skipped {report.skipped}; {seconds:.1f} s ({cpu:.1f} s CPU, embedding included), "
           f"the reader's child at most {child:.0f} MB RSS")
+    return {"pages": len(images), "documents": report.documents, "chunks": report.chunks_added,
+            "seconds": seconds, "cpu_seconds": cpu, "reader_child_peak_rss_mb": child}
 
 
 def show(label: str, result: dict) -> None:
@@ -294,4 +316,4 @@ def show(label: str, result: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/real_model.py --base-url http://127.0.0.1:8765/v1 --model smollm2 \
         [--set squad|popqa|hotpotqa|sample] [--limit 20] [--seed 7] [--out FILE] [--record FILE]
+    .venv/bin/python benchmarks/real_model.py --smoke   # two sample questions, a loopback stand-in
 
 `--set sample` asks crag's own sample handbook (the demo's questions and a few more), and
 `--record` keeps every call's messages and the model's reply: tests/data/real_model_replies.json
@@ -25,11 +26,15 @@ a rewrite, condensed question or sub-question rejected; an answer that fell back
 fell back; verdict agreement with the offline grader; answer accuracy (a gold answer inside the
 answer) with the model and offline; time per question; and the tokens crag counted against the
 tokens the server reported.
+
+At smoke size, without `--base-url`, tests/loopback.py's stand-in answers for the model: it
+talks round its grades ("The document is irrelevant to 10.", a real SmolLM2 reply) and cuts
+every reply at its `max_tokens`, as a small model behind llama.cpp's server does. It says
+nothing of a real model; it shows that the proxy, the two runs and the report still work.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import re
@@ -41,13 +46,18 @@ import time
 import urllib.request
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data"
+import _harness
 
-from crag.config import Settings  # noqa: E402
+REPO = _harness.REPO
+sys.path.insert(0, str(REPO / "tests"))
+
+from loopback import LoopbackServer, as_a_model_server, prose  # noqa: E402
+
+from crag import Settings  # noqa: E402
 from crag.evaluation.datasets import (  # noqa: E402
     GoldDrop, Question, drop_gold, load_corpus, load_questions, write_corpus,
 )
@@ -169,18 +179,31 @@ def _unusable(result: Any) -> Counter:
     return out
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--api-key", default="none")
-    parser.add_argument("--set", default="squad", choices=["squad", "popqa", "hotpotqa", "sample"])
-    parser.add_argument("--limit", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--timeout", type=float, default=120.0, help="[run] timeout, seconds")
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--record", type=Path, help="write every call's messages and reply (JSON)")
-    args = parser.parse_args()
+def main() -> None:
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--base-url", help="the model server's OpenAI-compatible URL (required but at smoke size)")
+    cli.add_argument("--model", help="the model's name (required with --base-url)")
+    cli.add_argument("--api-key", default="none")
+    cli.add_argument("--set", default="squad", choices=["squad", "popqa", "hotpotqa", "sample"])
+    cli.add_argument("--limit", type=int, default=20)
+    cli.add_argument("--seed", type=int, default=7)
+    cli.add_argument("--timeout", type=float, default=120.0, help="[run] timeout, seconds")
+    cli.add_argument("--data", type=Path, default=_harness.DATA)
+    cli.add_argument("--out", type=Path)
+    cli.add_argument("--record", type=Path, help="write every call's messages and reply (JSON)")
+    args = _harness.parse(cli, smoke={"set": "sample", "limit": 2})
+    if not args.smoke and not (args.base_url and args.model):
+        cli.error("--base-url and --model are required (but at smoke size)")
+    stand_in = LoopbackServer(as_a_model_server(prose)) if not args.base_url else nullcontext()
+    with _harness.measured(__file__, args) as run, stand_in as server:
+        if server is not None:
+            args.base_url, args.model = server.url + "/v1", "loopback-stand-in"
+            run.skip("a real model", "no --base-url: tests/loopback.py's stand-in answered (the docstring)")
+        run.figures = asyncio.run(compare(args))
+
+
+async def compare(args) -> dict[str, Any]:  # noqa: ANN001
+    """Ask every question with the model and offline; the summary of what the model did."""
 
     folder = Path(tempfile.mkdtemp(prefix="crag-real-model-"))
     if args.set == "sample":  # crag's own handbook: replies recorded on it may be kept as fixtures
@@ -192,8 +215,8 @@ async def main() -> None:
         dropped, web = GoldDrop(frozenset(), frozenset()), samples / "web.jsonl"
         ingest([samples / "docs"], folder / "index")
     else:
-        questions = load_questions(DATA / f"{args.set}-dev.jsonl")[: args.limit]
-        passages = load_corpus(DATA / f"{args.set}-dev-corpus.jsonl")
+        questions = load_questions(args.data / f"{args.set}-dev.jsonl")[: args.limit]
+        passages = load_corpus(args.data / f"{args.set}-dev-corpus.jsonl")
         dropped = drop_gold(questions, 0.5, seed=args.seed)
         corpus, web = folder / "corpus.jsonl", folder / "web.jsonl"
         write_corpus(passages, corpus, exclude=dropped.doc_ids)
@@ -270,7 +293,8 @@ async def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1), encoding="utf-8")
+    return summary
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

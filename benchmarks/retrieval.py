@@ -1,7 +1,7 @@
 """What each retrieval stage buys: recall@5, MRR and answer-in-context on the shared dev sets.
 
     python benchmarks/retrieval.py [--data ../shared/data] [--sets squad,popqa,hotpotqa]
-                                   [--configs all|NAME,...] [--png docs/retrieval.png]
+                                   [--configs all|NAME,...] [--png docs/retrieval.png] [--smoke]
 
 Every configuration is built the way `crag ask` builds it — `Settings` overrides through
 `crag.workflows.factory.build_workflow` — and run offline: the workflow's retriever, then its
@@ -13,17 +13,16 @@ Metrics, per question, on the first five chunks after postprocessing:
     MRR                 1 / rank of the first chunk from the gold passage (0 if absent)
     answer-in-context   some gold answer string occurs in their text (case-insensitive)
 
-The offline grader is judged on the default retriever's top-5 pairs: labels are imbalanced
-(about 1 in 5 is the gold passage), so balanced accuracy and ROC AUC are printed beside
-accuracy, with the always-"irrelevant" baseline.
+The offline grader is judged on the default retriever's top-5 pairs, at the `upper` it reads
+its own grades with (`thresholds_of`: fitted with its weights): labels are imbalanced (about 1
+in 5 is the gold passage), so balanced accuracy and ROC AUC are printed beside accuracy, with
+the always-"irrelevant" baseline.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
 import re
 import sys
 import tempfile
@@ -32,15 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _harness
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from crag import ChunkIndex, ingest  # noqa: E402
-from crag.config import GraderSettings, Settings  # noqa: E402
-from crag.ingestion.chunkers import node_parser_for  # noqa: E402
-from crag.steps.grading import LexicalEvaluator  # noqa: E402
-from crag.workflows.factory import build_workflow  # noqa: E402
+from crag import ChunkIndex, Settings, ingest
+from crag.ingestion.configured import node_parser_for
+from crag.steps.grading import LexicalEvaluator, thresholds_of
+from crag.workflows.factory import build_workflow
 
 TOP = 5
 
@@ -136,11 +133,11 @@ def _grader_line(index: ChunkIndex, questions: list[dict], top5: list[list]) -> 
         labels.extend(c.node.metadata.get("doc_id") == q["doc_id"] for c in found)
         scores.extend(g.score for g in asyncio.run(evaluator.grade(q["question"], found)))
     y, s = np.array(labels), np.array(scores)
-    threshold = GraderSettings().upper
+    threshold = thresholds_of(evaluator)[0]
     predicted = s >= threshold
     balanced = 0.5 * (predicted[y].mean() + (~predicted[~y]).mean())
     return (
-        f"  grader on top-5 pairs: ROC AUC {roc_auc(y, s):.3f}; at upper={threshold}: accuracy "
+        f"  grader on top-5 pairs: ROC AUC {roc_auc(y, s):.3f}; at upper={threshold:.3f}: accuracy "
         f"{(predicted == y).mean():.3f}, balanced accuracy {balanced:.3f} "
         f"(always 'irrelevant': accuracy {(~y).mean():.3f}, balanced 0.500)"
     )
@@ -156,7 +153,7 @@ def evaluate(data: Path, name: str, configs: list[Config]) -> dict[str, Scores]:
             settings = Settings.load(env={}, index={"path": Path(tmp) / kind, **INDEXES[kind]})
             summarize = None
             if settings.index.summaries:
-                from crag.ingestion.summaries import summarizer_for
+                from crag.ingestion.configured import summarizer_for
 
                 summarize = summarizer_for(settings)
             parser, chunker = node_parser_for(settings)
@@ -205,26 +202,33 @@ def plot(tables: dict[str, dict[str, Scores]], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
-    parser.add_argument("--sets", default="squad,popqa,hotpotqa")
-    parser.add_argument("--configs", default="all", help="'all' or comma-separated configuration names")
-    parser.add_argument("--png", type=Path, default=Path("docs/retrieval.png"))
-    args = parser.parse_args()
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--data", type=Path, default=_harness.DATA)
+    cli.add_argument("--sets", default="squad,popqa,hotpotqa")
+    cli.add_argument("--configs", default="all", help="'all' or comma-separated configuration names")
+    cli.add_argument("--png", type=Path, default=Path("docs/retrieval.png"))
+    args = _harness.parse(cli, smoke={"sets": "squad", "png": None})
     configs = CONFIGS if args.configs == "all" else [c for c in CONFIGS if c.name in args.configs.split(",")]
-    tables = {name: evaluate(args.data, name, configs) for name in args.sets.split(",")}
-    baseline = "vector (plain)"
-    if all(baseline in t for t in tables.values()):
-        # One configuration for every set (the best on average), not the best per set.
-        best = max(configs, key=lambda c: np.mean([t[c.name].recall for t in tables.values()])).name
-        gains = {d: t[best].recall - t[baseline].recall for d, t in tables.items()}
-        print(f"\nbest offline configuration on average: {best}; recall@5 vs plain vector:")
-        for dataset, gain in gains.items():
-            print(f"  {dataset}: {tables[dataset][best].recall:.1f} vs {tables[dataset][baseline].recall:.1f} ({gain:+.1f})")
-        met = sum(g >= 10 for g in gains.values())
-        print(f"goal (>= +10 points on at least 2 sets): {'met' if met >= 2 else 'NOT met'} on {met} set(s)")
-    plot(tables, args.png)
-
+    with _harness.measured(__file__, args) as run:
+        tables = {name: evaluate(args.data, name, configs) for name in args.sets.split(",")}
+        run.figures = {name: {config: vars(scores) for config, scores in table.items()}
+                       for name, table in tables.items()}
+        baseline = "vector (plain)"
+        if all(baseline in t for t in tables.values()):
+            # One configuration for every set (the best on average), not the best per set.
+            best = max(configs, key=lambda c: np.mean([t[c.name].recall for t in tables.values()])).name
+            gains = {d: t[best].recall - t[baseline].recall for d, t in tables.items()}
+            print(f"\nbest offline configuration on average: {best}; recall@5 vs plain vector:")
+            for dataset, gain in gains.items():
+                print(f"  {dataset}: {tables[dataset][best].recall:.1f} vs {tables[dataset][baseline].recall:.1f} "
+                      f"({gain:+.1f})")
+            run.goal(f"sets where {best} gains >= 10 points recall@5 over plain vector",
+                     sum(g >= 10 for g in gains.values()), at_least=2)
+        if args.png:
+            plot(tables, args.png)
+        else:  # at smoke size: drawn, so the drawing runs too, and not kept
+            with tempfile.TemporaryDirectory() as tmp:
+                plot(tables, Path(tmp) / "retrieval.png")
 
 if __name__ == "__main__":
     main()

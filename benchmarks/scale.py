@@ -1,6 +1,7 @@
 """Ingest and retrieval at 1k, 10k and 100k chunks: crag's store against SimpleVectorStore.
 
     python benchmarks/scale.py [--sizes 1000,10000,100000] [--queries 200] [--data ../shared/data]
+                               [--skip-simple] [--smoke]
 
 Corpora are made from the shared *-corpus.jsonl passages: every sentence, shuffled with a
 fixed seed, dealt into documents of four sentences (one chunk each at crag's default chunk
@@ -10,29 +11,35 @@ vectors exactly over the memory-mapped embeddings (the default store). LlamaInde
 gets the same chunks and the same WordLlama model in a `VectorStoreIndex` over a
 `SimpleVectorStore`, persisted to disk. Retrieval is the vector top-5 of dev-set questions
 (query embedding included, for both); "hybrid p95" is crag's whole retriever (BM25 + vectors).
+
+Each corpus is one .jsonl file, 0.9 MB of text per 1,000 chunks: at 100k it is 88 million
+characters, past `[ingest] max_text_mb` (32), so the benchmark raises that limit for its own
+file as a user ingesting such a file would (`CRAG_INGEST__MAX_TEXT_MB=97`, or `[ingest]
+max_text_mb = 97` in crag.toml; `_harness.ingest_env`).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
+import math
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import _harness
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from crag.text import sentences
 
-from crag.index import ChunkIndex
-from crag.ingestion import ingest  # noqa: E402
-from crag.models import WordLlamaEmbedding  # noqa: E402
-from crag.steps.retrieval import HybridRetriever  # noqa: E402
-from crag.text import sentences  # noqa: E402
+if TYPE_CHECKING:
+    from crag.models import WordLlamaEmbedding
+
+# The rest of crag is imported where it is used: cold_start.py and event_loop.py make their
+# corpora with `make_corpus`, and a process that only makes one need not load llama-index.
 
 SETS = ("squad", "popqa", "hotpotqa")
 SENTENCES_PER_DOC = 4
@@ -67,7 +74,7 @@ def percentiles(seconds: list[float]) -> tuple[float, float]:
     return float(np.percentile(ms, 50)), float(np.percentile(ms, 95))
 
 
-def timed(fn, items) -> list[float]:  # noqa: ANN001
+def timed(fn, items) -> list[float]:
     out = []
     for item in items:
         start = time.perf_counter()
@@ -77,8 +84,14 @@ def timed(fn, items) -> list[float]:  # noqa: ANN001
 
 
 def run_crag(corpus: Path, folder: Path, model: WordLlamaEmbedding, queries: list[str]) -> dict:
+    from crag import Settings
+    from crag.index import ChunkIndex
+    from crag.ingestion import ingest
+    from crag.steps.retrieval import HybridRetriever
+
     start = time.perf_counter()
-    ingest([corpus], folder, embed_model=model)
+    limits = Settings.load(env=_harness.ingest_env(corpus)).ingest  # the docstring says why
+    ingest([corpus], folder, embed_model=model, limits=limits)
     index = ChunkIndex.load(folder)
     index.warm_up()  # what every workflow does when it is built
     seconds = time.perf_counter() - start
@@ -94,6 +107,8 @@ def run_simple(folder: Path, crag_index: Path, model: WordLlamaEmbedding, querie
     from llama_index.core import StorageContext, VectorStoreIndex
     from llama_index.core.vector_stores import SimpleVectorStore
 
+    from crag.index import ChunkIndex
+
     nodes = list(ChunkIndex.load(crag_index).nodes)  # the very chunks crag made; reading them is not timed
     for node in nodes:
         node.embedding = None
@@ -108,41 +123,44 @@ def run_simple(folder: Path, crag_index: Path, model: WordLlamaEmbedding, querie
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000,100000")
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
-    parser.add_argument("--skip-simple", action="store_true", help="crag only")
-    args = parser.parse_args()
-    model = WordLlamaEmbedding()
-    queries = questions(args.data, args.queries)
-    print("| chunks | system | ingest chunks/s | disk MB | vector p50 ms | vector p95 ms | hybrid p95 ms "
-          "| p95 crag/simple |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
-    goals = []
-    for size in (int(s) for s in args.sizes.split(",")):
-        with tempfile.TemporaryDirectory(prefix="crag-scale-") as tmp:
-            root = Path(tmp)
-            make_corpus(args.data, size, root / "corpus.jsonl")
-            crag = run_crag(root / "corpus.jsonl", root / "crag", model, queries)
-            simple = None if args.skip_simple else run_simple(root / "simple", root / "crag", model, queries)
-            ratio = crag["p"][1] / simple["p"][1] if simple else float("nan")
-            print(f"| {crag['chunks']:,} | crag (exact, memory-mapped) | {crag['rate']:,.0f} | {crag['mb']:.1f} | "
-                  f"{crag['p'][0]:.2f} | {crag['p'][1]:.2f} | {crag['hybrid_p95']:.2f} | {ratio:.3f} |")
-            if simple:
-                print(f"| {crag['chunks']:,} | SimpleVectorStore | {simple['rate']:,.0f} | {simple['mb']:.1f} | "
-                      f"{simple['p'][0]:.2f} | {simple['p'][1]:.2f} | | |")
-            sys.stdout.flush()
-            goals.append((crag["chunks"], crag["rate"], crag["p"][1], ratio))
-    largest = max(goals)
-    checks = [f"ingest >= 500 chunks/s: {'yes' if min(g[1] for g in goals) >= 500 else 'NO'} "
-              f"(lowest {min(g[1] for g in goals):,.0f})",
-              f"p95 at {largest[0]:,} chunks <= 50 ms: {'yes' if largest[2] <= 50 else 'NO'} ({largest[2]:.1f})"]
-    if not args.skip_simple:
-        checks.append(f"<= 1/10 of SimpleVectorStore's: {'yes' if largest[3] <= 0.1 else 'NO'} ({largest[3]:.3f})")
-    print("goals: " + "; ".join(checks))
-    return 0
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--sizes", default="1000,10000,100000")
+    cli.add_argument("--queries", type=int, default=200)
+    cli.add_argument("--data", type=Path, default=_harness.DATA)
+    cli.add_argument("--skip-simple", action="store_true", help="crag only")
+    args = _harness.parse(cli, smoke={"sizes": "200", "queries": 5})
+    with _harness.measured(__file__, args) as run:
+        from crag.models import WordLlamaEmbedding
 
+        model = WordLlamaEmbedding()
+        queries = questions(args.data, args.queries)
+        print("| chunks | system | ingest chunks/s | disk MB | vector p50 ms | vector p95 ms | hybrid p95 ms "
+              "| p95 crag/simple |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|")
+        rows = []
+        for size in (int(s) for s in args.sizes.split(",")):
+            with tempfile.TemporaryDirectory(prefix="crag-scale-") as tmp:
+                root = Path(tmp)
+                make_corpus(args.data, size, root / "corpus.jsonl")
+                crag = run_crag(root / "corpus.jsonl", root / "crag", model, queries)
+                simple = None if args.skip_simple else run_simple(root / "simple", root / "crag", model, queries)
+                ratio = crag["p"][1] / simple["p"][1] if simple else math.nan
+                print(f"| {crag['chunks']:,} | crag (exact, memory-mapped) | {crag['rate']:,.0f} | {crag['mb']:.1f} | "
+                      f"{crag['p'][0]:.2f} | {crag['p'][1]:.2f} | {crag['hybrid_p95']:.2f} | {ratio:.3f} |")
+                if simple:
+                    print(f"| {crag['chunks']:,} | SimpleVectorStore | {simple['rate']:,.0f} | {simple['mb']:.1f} | "
+                          f"{simple['p'][0]:.2f} | {simple['p'][1]:.2f} | | |")
+                sys.stdout.flush()
+                rows.append({"chunks": crag["chunks"], "crag": crag, "simple": simple, "p95_ratio": ratio})
+        run.figures["sizes"] = rows
+        largest = max(rows, key=lambda r: r["chunks"])
+        run.goal("ingest chunks/s, lowest", min(r["crag"]["rate"] for r in rows), at_least=500)
+        run.goal(f"vector p95 at {largest['chunks']:,} chunks, ms", largest["crag"]["p"][1], at_most=50)
+        if args.skip_simple:
+            run.skip("SimpleVectorStore", "--skip-simple")
+        else:
+            run.goal("vector p95 over SimpleVectorStore's", largest["p95_ratio"], at_most=0.1)
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
 """Throughput: concurrent queries through one server process, crag vs the LlamaIndex CRAG pack.
 
-    .venv/bin/python benchmarks/throughput.py [--queries 100] [--latency 0.05] [--skip-pack]
+    .venv/bin/python benchmarks/throughput.py [--queries 100] [--latency 0.05] [--skip-pack] [--smoke]
 
 Each system runs behind one HTTP server process and gets the same load: `--queries`
 concurrent POSTs from one httpx `AsyncClient` in this process, the same SQuAD questions
@@ -26,11 +26,11 @@ answers with a fixed sentence, so per query both make k grading calls, one rewri
 search and one answer call; the calls it counts are printed. Untimed warm-up: one query
 per server before the load. Each server's CPU time over the load (total and per query) and
 the machine's load average before and after are printed too: the machine may be shared.
+At smoke size: 5 queries, crag only (the pack's venv needs pip and the network).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _harness
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -54,7 +56,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from _pack_driver import REWRITE_REPLY, reply_for  # noqa: E402 - shared fakes
 from loopback import LoopbackServer, Reply, openai_chat, tavily_result, tavily_search  # noqa: E402
 
-DATA = REPO.parent / "shared" / "data"
+DATA = _harness.DATA
 QUESTIONS = DATA / "squad-dev.jsonl"
 CORPUS = DATA / "squad-dev-corpus.jsonl"
 PACK_SERVER = HERE / "_pack_server.py"
@@ -322,8 +324,7 @@ class Measured:
         return self.completed / self.wall if self.wall else 0.0
 
     def percentile(self, q: float) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
+        return _harness.percentile(self.latencies, q)
 
 
 async def ask(client: Any, server: Server, question: str) -> tuple[float, str | None]:
@@ -387,7 +388,7 @@ def load_inputs(n: int) -> tuple[list[str], list[dict[str, str]]]:
     return [rows[i % len(rows)]["question"] for i in range(n)], corpus
 
 
-def report(results: list[Measured], args: argparse.Namespace, corpus_size: int, web: str) -> str:
+def report(results: list[Measured], args, corpus_size: int, web: str) -> str:  # noqa: ANN001
     lines = [
         f"throughput: {args.queries} concurrent queries per system, one server process each; "
         f"fake LLM {args.latency * 1000:.0f} ms per call; top-k {args.top_k}; "
@@ -439,7 +440,7 @@ def report(results: list[Measured], args: argparse.Namespace, corpus_size: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = _harness.parser(__doc__)
     parser.add_argument("--queries", type=int, default=100, help="concurrent queries per system")
     parser.add_argument("--latency", type=float, default=0.05, help="seconds per fake LLM call")
     parser.add_argument("--top-k", type=int, default=5, help="chunks retrieved and graded")
@@ -454,10 +455,26 @@ def main(argv: list[str] | None = None) -> int:
         "'memory': a bare WorkflowServer with its in-memory store, to see what storing costs",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="client timeout per query, s")
-    args = parser.parse_args(argv)
+    args = _harness.parse(parser, smoke={"queries": 5, "skip_pack": True}, argv=argv)
     if args.queries < 1 or args.latency < 0 or args.top_k < 1:
         parser.error("--queries and --top-k must be positive, --latency not negative")
+    with _harness.measured(__file__, args) as run:
+        results = measure_both(args, run)
+        by_name = {m.name: m for m in results}
+        run.figures = {m.name: {"queries_per_second": m.qps, "completed": m.completed, "queries": m.queries,
+                                "p95_seconds": m.percentile(0.95), "server_cpu_seconds": m.server_cpu}
+                       for m in results}
+        crag, pack = by_name["crag"], by_name.get("pack")
+        run.goal("crag q/s over the pack's", crag.qps / pack.qps if pack and pack.qps else None, at_least=GOAL)
+        cpu = 1000 * crag.server_cpu / crag.queries if crag.server_cpu is not None else None
+        run.goal("crag server CPU per query, ms", cpu, at_most=GOAL_CPU_MS)
+    return 0 if all(m.completed == m.queries for m in results) else 1
 
+
+def measure_both(args, run: _harness.Run) -> list[Measured]:  # noqa: ANN001
+    """crag's server, then the pack's unless --skip-pack, under the same load; prints the report."""
+    if args.skip_pack:
+        run.skip("the pack", "--skip-pack (its venv needs pip and the network)")
     questions, corpus = load_inputs(args.queries)
     results: list[Measured] = []
     with tempfile.TemporaryDirectory(prefix="crag-throughput-") as tmp:
@@ -474,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
                 with pack_server(work, fake, corpus_path, args.top_k) as server:
                     results.append(asyncio.run(measure(server, fake, questions, args.timeout)))
     print(report(results, args, len(corpus), args.crag_web))
-    return 0 if all(m.completed == m.queries for m in results) else 1
+    return results
 
 
 if __name__ == "__main__":

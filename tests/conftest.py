@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import shutil
@@ -10,7 +11,7 @@ import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -83,9 +84,76 @@ def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def no_blocking() -> Iterator[BlockBuster]:
     """A blocking call (file I/O, `time.sleep`, a socket, SQLite...) made by crag's code on
     the event loop fails the test. Build workflows before the test body (in a fixture):
-    building loads files on purpose, and an async test's body runs on the loop."""
+    building loads files on purpose, and an async test's body runs on the loop.
+
+    Every async test has it already (`_no_blocking_in_async_tests`); a sync test asks for it
+    when it drives a loop itself (`workflow.ask`)."""
     with blockbuster_ctx("crag") as blockbuster:
         yield blockbuster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "allow_blocking(reason): this async test may block the event loop from crag's code, "
+        "and the reason says why (a test's own setup on the loop, a blocking store on purpose)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_blocking_in_async_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """BlockBuster for every async test: crag's code blocking the event loop fails it, unless
+    the test is marked `allow_blocking("why")`.
+
+    What a test's own coroutine calls synchronously (`build_workflow`, `ingest`, a component's
+    constructor) may block: that is the test's setup, done where it reads best, and crag's
+    synchronous API blocks by definition. What runs under one of crag's coroutines or the
+    loop's callbacks (a step, a component's async method, a door) may not. The `no_blocking`
+    fixture makes no such exception."""
+    allowed = request.node.get_closest_marker("allow_blocking")
+    if allowed is not None and not (allowed.args and str(allowed.args[0]).strip()):
+        pytest.fail("allow_blocking needs a reason: @pytest.mark.allow_blocking(\"why\")")
+    test = getattr(request.node, "function", None)
+    if not inspect.iscoroutinefunction(test) or allowed is not None or "no_blocking" in request.fixturenames:
+        yield
+        return
+    blockbuster = BlockBuster("crag")
+    for function in blockbuster.functions.values():
+        function.can_block_predicate = _or_called_from_a_test(function.can_block_predicate)
+        function.can_block_functions += [(file, names) for file, names, _why in DEPENDENCIES_MAY_BLOCK]
+    blockbuster.activate()
+    try:
+        yield
+    finally:
+        blockbuster.deactivate()
+
+
+# A dependency's own blocking call on the loop, beneath crag's coroutine: (its file, its
+# functions, why it is let be). Each is the dependency's design, and too small to matter.
+DEPENDENCIES_MAY_BLOCK = [
+    ("asyncpg/connect_utils.py", {"_read_password_from_pgpass"},
+     "asyncpg looks for ~/.pgpass (one stat) for each new connection given no password"),
+]
+
+_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_TESTS = str(Path(__file__).resolve().parent)
+
+
+def _or_called_from_a_test(own: Callable[..., bool]) -> Callable[..., bool]:
+    """BlockBuster's own exception for a call (`own`: a socket in non-blocking mode...), or:
+    the nearest coroutine up the stack is the tests' (a test, a helper, an async fixture, a
+    fake component), so no coroutine of crag's stands between: a test called crag's
+    synchronous code itself."""
+
+    def allowed(*args: object, **kwargs: object) -> bool:
+        if own(*args, **kwargs):
+            return True
+        frame = inspect.currentframe()
+        while frame is not None and not frame.f_code.co_flags & _ASYNC:
+            frame = frame.f_back
+        return frame is not None and frame.f_code.co_filename.startswith(_TESTS)
+
+    return allowed
 
 
 # Passages on nothing the multi-hop tests ask about: the corpus they share with the passages

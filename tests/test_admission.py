@@ -17,8 +17,8 @@ from test_serve import ANSWERED, _settings, base_url, running  # noqa: F401 - ba
 
 from crag import Settings
 from crag.app.server import build_server
-from crag.app.server.admission import Admission
-from crag.app.server.guard import check_bind, is_loopback
+from crag.app.server.ops.admission import Admission
+from crag.app.server.ops.guard import check_bind, is_loopback
 from crag.errors import ConfigError
 from crag.events import Grade
 from crag.workflows.factory import build_workflow

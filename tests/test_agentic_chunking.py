@@ -15,16 +15,9 @@ from loopback import LoopbackServer, openai_chat
 import crag
 from crag.app.cli import main
 from crag.errors import ModelReplyError
-from crag.ingestion.chunkers.agentic import (
-    AgenticChunker,
-    agentic_chunker,
-    group_by_centroid,
-    offline_propositions,
-    parse_choice,
-    parse_propositions,
-    parse_title_summary,
-    resolve_pronouns,
-)
+from crag.ingestion.chunkers.agentic import AgenticChunker, parse_choice, parse_propositions, parse_title_summary
+from crag.ingestion.chunkers.propositions import group_by_centroid, offline_propositions, resolve_pronouns
+from crag.ingestion.configured import node_parser_for
 from crag.testing import FakeLLM
 
 VOLCANO = [
@@ -219,6 +212,14 @@ def test_replies_are_parsed_strictly_but_forgivingly() -> None:
         parse_choice("the first one", 3)
     with pytest.raises(ModelReplyError, match="title and a summary"):
         parse_title_summary('{"title": "T"}')
+
+
+def agentic_chunker(settings: crag.Settings) -> tuple[AgenticChunker, str]:
+    """The agentic chunker the ingest's wiring builds from `settings`."""
+    index = settings.index.model_copy(update={"chunker": "agentic"})
+    parser, signature = node_parser_for(settings.model_copy(update={"index": index}))
+    assert isinstance(parser, AgenticChunker)
+    return parser, signature
 
 
 def test_settings_pick_the_method_and_the_signature_names_it() -> None:

@@ -197,7 +197,7 @@ async def test_the_runs_web_search_goes_to_the_first_bridge_whichever_hop_is_gra
 
 
 async def test_a_hop_that_fails_before_it_decides_does_not_hold_up_the_hops_after_it() -> None:
-    from crag.workflows.corrective import _SearchesInOrder
+    from crag.steps.hopping import _SearchesInOrder
 
     searches = _SearchesInOrder(1, 3)
     second = asyncio.ensure_future(searches.decide(1, wanted=False))

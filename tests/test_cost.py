@@ -28,6 +28,7 @@ from crag.budget import Budget, BudgetReached, spending
 from crag.config import Settings
 from crag.cost import CostRecord, cost_of, count_tokens, total
 from crag.events import CragResult
+from crag.ingestion.configured import llm_options
 from crag.models import BudgetedLLM, openai_llm
 from crag.steps.grading import LLMGrader
 from crag.steps.rewriting import LLMRewriter
@@ -97,7 +98,7 @@ async def test_outside_a_budget_calls_are_not_limited() -> None:
 
 def _openai(server: LoopbackServer):  # noqa: ANN202
     settings = Settings.load(env={"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": "sk-test"})
-    return openai_llm(settings.llm)
+    return openai_llm(llm_options(settings))
 
 
 def _no_usage(request):  # noqa: ANN001, ANN202

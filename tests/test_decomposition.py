@@ -156,4 +156,4 @@ async def test_a_model_decomposer_with_a_malformed_reply_falls_back_to_the_rules
         workflow = crag.build_workflow(settings)
         result = await workflow.run(query="Which came first, the Harbour or the Railway?")
     assert any("decomposer failed" in d and "used the rules" in d for d in result.degraded)
-    assert workflow.bridger is None  # with a model, the model writes a bridge's next question
+    assert workflow.hops.bridger is None  # with a model, the model writes a bridge's next question

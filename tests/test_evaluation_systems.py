@@ -48,7 +48,7 @@ async def test_plain_rag_reads_every_sentence_of_what_it_retrieved(
 ) -> None:
     workflow = resolve_systems("rag")[0].build(sample_settings, sample_index)
     question = "What warranty does Lumen give on the Helio H10?"
-    chunks = await workflow.retriever.retrieve(question)
+    chunks = await workflow.retrieval.find(question)
     strips = await workflow.reader.refine(question, chunks)
     assert {s.source_id for s in strips} == {c.node.node_id for c in chunks}
     assert "12-year warranty" in (await workflow.run(query=question)).answer

@@ -267,8 +267,8 @@ request_bodies = st.one_of(
 
 @given(request_bodies)
 def test_any_openai_request_body_is_read_or_is_a_bad_request(body: bytes) -> None:
-    from crag.app.server.openai_legacy import chat_body
-    from crag.app.server.openai_request import BadRequest, parse
+    from crag.app.server.openai.legacy import chat_body
+    from crag.app.server.openai.request import BadRequest, parse
 
     for read in (parse, chat_body):
         try:

@@ -31,6 +31,7 @@ from hostile import (
 
 from crag import ChunkIndex, Settings, build_workflow
 from crag.config import IngestSettings
+from crag.ingestion.files import ReadLimits
 from crag.errors import ConfigError, IngestError
 from crag.ingestion import ingest
 from crag.ingestion.readers import read_documents
@@ -65,7 +66,7 @@ def bounded(function: Callable[[], object], memory_mb: int = 768) -> tuple[str, 
 
 def read(path: Path, **limits: float) -> Callable[[], object]:
     """Read `path` with these `[ingest]` limits (the defaults where none is given)."""
-    given = {"limits": IngestSettings(**limits)} if limits else {}
+    given = {"limits": ReadLimits(**limits)} if limits else {}
     return lambda: [d.text[:40] for d in read_documents(path, **given)]
 
 
@@ -146,14 +147,14 @@ def test_a_file_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
     path = tmp_path / "big.txt"
     path.write_bytes(b"word " * (MB // 2))  # 2.5 MB
     with pytest.raises(IngestError, match=r"big.txt is 2 MB, over ingest.max_file_mb \(1 MB\)"):
-        list(read_documents(path, limits=IngestSettings(max_file_mb=1)))
+        list(read_documents(path, limits=ReadLimits(max_file_mb=1)))
 
 
 def test_text_past_the_limit_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "long.md"
     path.write_text("A sentence of words.\n\n" * 60_000, encoding="utf-8")  # 1.3 million characters
     with pytest.raises(IngestError, match=r"over 1 million characters of text \(ingest.max_text_mb\)"):
-        list(read_documents(path, limits=IngestSettings(max_text_mb=1)))
+        list(read_documents(path, limits=ReadLimits(max_text_mb=1)))
 
 
 # --- links and special files in a folder ---------------------------------------------------------
@@ -211,7 +212,7 @@ def test_a_reader_past_its_time_is_stopped_and_the_next_file_is_read(tmp_path: P
 
     (tmp_path / "slow.pdf").write_bytes(slow_pdf())
     (tmp_path / "good.md").write_text("The lamp runs for ten hours.", encoding="utf-8")
-    with FileReader(IngestSettings(max_seconds=1)) as reader:
+    with FileReader(ReadLimits(max_seconds=1)) as reader:
         with pytest.raises(IngestError, match=r"slow.pdf: reading it took over 1 s \(ingest.max_seconds\)"):
             reader.read(tmp_path / "slow.pdf")
         documents, _ = reader.read(tmp_path / "good.md")
@@ -223,7 +224,7 @@ def test_a_reader_past_its_memory_is_stopped_and_the_next_file_is_read(tmp_path:
 
     (tmp_path / "big.txt").write_bytes(b"word " * (8 * MB))  # 40 MB: its bytes and its text
     (tmp_path / "good.md").write_text("The lamp runs for ten hours.", encoding="utf-8")
-    with FileReader(IngestSettings(max_memory_mb=24, max_text_mb=100)) as reader:
+    with FileReader(ReadLimits(max_memory_mb=24, max_text_mb=100)) as reader:
         with pytest.raises(IngestError, match=r"big.txt: reading it needs more than ingest.max_memory_mb \(24 MB\)"):
             reader.read(tmp_path / "big.txt")
         documents, _ = reader.read(tmp_path / "good.md")

@@ -19,8 +19,8 @@ from llama_agents.server import (
 )
 from starlette.applications import Starlette
 
-from crag.app.server.listing import DEFAULT_LIMIT, handlers_route
-from crag.app.server.stores import PostgresRunStore, SqliteRunStore
+from crag.app.server.store import PostgresRunStore, SqliteRunStore
+from crag.app.server.store.listing import DEFAULT_LIMIT, handlers_route
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 POSTGRES_URL = os.environ.get("CRAG_TEST_POSTGRES_URL")

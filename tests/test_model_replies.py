@@ -8,8 +8,7 @@ from typing import Any
 from llama_index.core.llms import ChatMessage
 from loopback import LoopbackServer, Reply, chat_completion
 
-from crag.config import LLMSettings
-from crag.models import openai_llm
+from crag.models import LLMOptions, openai_llm
 
 
 def _serve(completion: dict[str, Any]) -> LoopbackServer:
@@ -17,7 +16,7 @@ def _serve(completion: dict[str, Any]) -> LoopbackServer:
 
 
 async def _ask(server: LoopbackServer) -> Any:
-    llm = openai_llm(LLMSettings(base_url=server.url + "/v1", api_key="sk-test", max_retries=0))
+    llm = openai_llm(LLMOptions(base_url=server.url + "/v1", api_key="sk-test", max_retries=0))
     return await llm.achat([ChatMessage(role="user", content="Question: why?")])
 
 

@@ -16,7 +16,7 @@ from PIL import Image, ImageDraw, ImageFont
 import crag
 from crag import Settings, build_workflow
 from crag.app.cli import PARTIAL, main
-from crag.config import IngestSettings
+from crag.ingestion.files import ReadLimits
 from crag.ingestion.formats import ocr
 from crag.ingestion.readers import read_documents
 
@@ -129,7 +129,7 @@ def test_a_file_with_more_scanned_pages_than_max_ocr_pages_is_left_out_naming_th
 ) -> None:
     (tmp_path / "book.pdf").write_bytes(scanned_pdf(PAGES))
     (tmp_path / "notes.txt").write_text("The depot opens at six.\n", encoding="utf-8")
-    report = crag.ingest([tmp_path], tmp_path / "index", limits=IngestSettings(max_ocr_pages=2))
+    report = crag.ingest([tmp_path], tmp_path / "index", limits=ReadLimits(max_ocr_pages=2))
     assert report.files_read == 1
     assert report.skipped == [f"{tmp_path / 'book.pdf'} has 3 scanned pages, over "
                               "ingest.max_ocr_pages (2); raise it to read them by OCR, or split "

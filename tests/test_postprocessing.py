@@ -14,6 +14,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from crag import ChunkIndex, ConfigError, Settings, StepError, build_workflow
 from crag.app.cli import main
 from crag.config import PostprocessSettings
+from crag.ingestion.configured import llm_options
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.steps.grading import LexicalEvaluator
 from crag.steps.postprocessing import (
@@ -28,6 +29,7 @@ from crag.steps.postprocessing import (
 from crag.steps.retrieval import HybridRetriever
 from crag.steps.synthesis import ExtractiveSynthesizer
 from crag.text import TermStats
+from crag.workflows.factory import postprocess_options
 from crag.workflows.plain import PlainRAGWorkflow
 
 WARRANTY = "What warranty does Lumen give on the Helio H10?"
@@ -43,9 +45,14 @@ def texts(chunks: Sequence[NodeWithScore]) -> list[str]:
 
 
 def stages(settings: Settings) -> list:
+    """The stages the wiring builds from `settings`."""
     evaluator = LexicalEvaluator(TermStats())
     return postprocessors_for(
-        settings, embed_model=WordLlamaEmbedding(), llms=LLMFactory(settings.llm), evaluator=evaluator
+        postprocess_options(settings),
+        top_n=settings.retriever.top_k,
+        embed_model=WordLlamaEmbedding(),
+        llms=LLMFactory(llm_options(settings)),
+        evaluator=evaluator,
     )
 
 
@@ -175,9 +182,10 @@ def test_an_unknown_stage_is_a_config_error_naming_it() -> None:
 
 
 def test_a_rerank_stage_makes_the_retriever_fetch_rerank_depth_chunks(sample_settings: Settings) -> None:
-    assert retrieval_depth(sample_settings) == sample_settings.retriever.top_k
+    top_k = sample_settings.retriever.top_k
+    assert retrieval_depth(postprocess_options(sample_settings), top_k) == top_k
     reranked = settings_with(sample_settings, stages=["rerank"], rerank_depth=30)
-    assert retrieval_depth(reranked) == 30
+    assert retrieval_depth(postprocess_options(reranked), top_k) == 30
     pytest.importorskip("crag.steps.reranking", reason="the rerank stage is written separately")
     workflow = build_workflow(reranked)
     assert workflow.retriever.top_k == 30 and len(workflow.postprocessors) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 import subprocess
@@ -22,6 +23,20 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_all_lists_exactly_the_public_names() -> None:
     public = {name for name in dir(crag) if not name.startswith("_") and not inspect.ismodule(getattr(crag, name))}
     assert public == set(crag.__all__)
+
+
+def test_type_checkers_see_each_public_name_from_its_module() -> None:
+    """`__all__` is computed from `crag._EXPORTS`, so type checkers read the names from the
+    imports under TYPE_CHECKING instead (each `X as X`, which marks a re-export): those must
+    be the same names, from the same modules."""
+    tree = ast.parse((ROOT / "src" / "crag" / "__init__.py").read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "_TYPE_CHECKING")
+    imported: dict[str, set[str]] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module, ast.unparse(node)
+        assert all(alias.asname == alias.name for alias in node.names), ast.unparse(node)
+        imported.setdefault(node.module, set()).update(alias.name for alias in node.names)
+    assert imported == {module: set(names) for module, names in crag._EXPORTS.items()}
 
 
 def test_importing_crag_loads_nothing_heavy() -> None:

@@ -14,6 +14,7 @@ from loopback import LoopbackServer, openai_chat
 
 from crag import Settings, build_workflow
 from crag.errors import ConfigError
+from crag.ingestion.configured import llm_options
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.steps.grading import LexicalEvaluator
 from crag.steps.reranking import (
@@ -27,6 +28,7 @@ from crag.testing import FakeLLM
 from crag.text import TermStats
 from crag.trace import StepRecord, attributing_calls_to
 from crag.workflows import CorrectiveRAGWorkflow
+from crag.workflows.factory import postprocess_options
 
 QUESTION = "How long does the Zephyr battery last?"
 TEXTS = [
@@ -54,6 +56,22 @@ def embed() -> WordLlamaEmbedding:
 @pytest.fixture
 def offline(embed: WordLlamaEmbedding) -> LexicalReranker:
     return LexicalReranker(LexicalEvaluator(TermStats.from_texts(TEXTS)), embed, top_n=3)
+
+
+def wired_reranker(
+    settings: Settings, evaluator: LexicalEvaluator, embed: WordLlamaEmbedding, top_n: int
+) -> object:
+    """The reranker the wiring builds from `settings`."""
+    post = postprocess_options(settings)
+    return reranker_for(
+        post.rerank,
+        LLMFactory(llm_options(settings)),
+        evaluator,
+        embed,
+        top_n,
+        batch_size=post.rerank_batch_size,
+        concurrency=post.rerank_concurrency,
+    )
 
 
 def documents_in(prompt: str) -> list[str]:
@@ -250,7 +268,7 @@ async def test_a_well_formed_run_records_nothing_degraded(offline: LexicalRerank
 )
 def test_reranker_for_picks_by_settings(embed, rerank: str, env: dict, kind: type) -> None:
     settings = Settings.load(env=env, postprocess={"rerank": rerank, "rerank_batch_size": 4})
-    reranker = reranker_for(settings, LLMFactory(settings.llm), LexicalEvaluator(TermStats()), embed, top_n=5)
+    reranker = wired_reranker(settings, LexicalEvaluator(TermStats()), embed, top_n=5)
     assert isinstance(reranker, kind) and reranker.top_n == 5
     if isinstance(reranker, LLMReranker):
         assert reranker.batch_size == 4 and reranker.concurrency == settings.grader.concurrency
@@ -259,7 +277,7 @@ def test_reranker_for_picks_by_settings(embed, rerank: str, env: dict, kind: typ
 def test_llm_rerank_without_a_model_is_a_config_error(embed) -> None:
     settings = Settings.load(env={}, postprocess={"rerank": "llm"})
     with pytest.raises(ConfigError, match="no model is configured"):
-        reranker_for(settings, LLMFactory(settings.llm), LexicalEvaluator(TermStats()), embed, top_n=5)
+        wired_reranker(settings, LexicalEvaluator(TermStats()), embed, top_n=5)
 
 
 # --- the real OpenAI client against a loopback server ------------------------------------------
@@ -272,7 +290,7 @@ async def test_llm_rerank_through_the_openai_client_sends_concurrent_choice_prom
             postprocess={"rerank": "llm", "rerank_batch_size": 2},
         )
         evaluator = LexicalEvaluator(TermStats.from_texts(TEXTS))
-        reranker = reranker_for(settings, LLMFactory(settings.llm), evaluator, embed, top_n=2)
+        reranker = wired_reranker(settings, evaluator, embed, top_n=2)
         kept = await reranker.postprocess(QUESTION, chunks_of(TEXTS))
     assert [k.node.get_content() for k in kept] == [ANSWER, TEXTS[0]]
     assert [k.score for k in kept] == [0.9, 0.3]

@@ -24,9 +24,8 @@ from loopback import LoopbackServer, Reply, chat_completion, message_text, opena
 
 import crag
 from crag.app.cli import main
-from crag.config import LLMSettings
 from crag.errors import REDACTED
-from crag.models import openai_llm
+from crag.models import LLMOptions, openai_llm
 from crag.steps.web_search import TavilySearch
 
 OPENAI_KEY = "PLANTED.openai.7f3a9c1e5b2d"
@@ -147,7 +146,7 @@ async def test_a_search_error_shows_no_key_not_even_in_its_traceback() -> None:
 
 async def test_a_model_error_shows_no_key_not_even_in_its_traceback() -> None:
     with LoopbackServer(leaky_model) as server:
-        llm = openai_llm(LLMSettings(api_key=OPENAI_KEY, base_url=server.url + "/v1", max_retries=0))
+        llm = openai_llm(LLMOptions(api_key=OPENAI_KEY, base_url=server.url + "/v1", max_retries=0))
         with pytest.raises(Exception) as caught:  # noqa: PT011 - the openai SDK's own error type
             await llm.achat([ChatMessage(role="user", content="Rewrite the question\nQuestion: x")])
 
@@ -157,7 +156,7 @@ async def test_a_model_error_shows_no_key_not_even_in_its_traceback() -> None:
 
 
 def test_the_model_object_does_not_show_its_key() -> None:
-    llm = openai_llm(LLMSettings(api_key=OPENAI_KEY, base_url="http://127.0.0.1:9/v1"))
+    llm = openai_llm(LLMOptions(api_key=OPENAI_KEY, base_url="http://127.0.0.1:9/v1"))
     assert llm.api_key == OPENAI_KEY  # it still has it, to send
     for shown in (repr(llm), str(llm), str(llm.to_dict()), llm.to_json(), str(llm.model_dump())):
         assert OPENAI_KEY not in shown

@@ -16,7 +16,7 @@ from loopback import uvicorn_serving
 
 from crag import Settings
 from crag.app.server import build_server
-from crag.app.server.stores import store_for
+from crag.app.server.store import store_for
 from crag.errors import hide_password, redact
 
 SERVER_KEY = "PLANTED.server.51c0ffee"

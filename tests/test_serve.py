@@ -26,7 +26,7 @@ from llama_agents.client import WorkflowClient
 from crag import Settings
 from crag.app.cli import main
 from crag.app.server import build_server
-from crag.app.server.stores import store_for
+from crag.app.server.store import store_for
 from crag.errors import ConfigError, redact
 from crag.events import CragResult, StepProgressEvent
 
@@ -378,7 +378,7 @@ async def test_on_postgresql_a_page_of_handlers_is_read_in_sql_not_the_whole_his
     from llama_agents.server import HandlerQuery
     from test_listing import _client, _filled
 
-    from crag.app.server.stores import PostgresRunStore
+    from crag.app.server.store import PostgresRunStore
 
     store = PostgresRunStore(_store_for("postgresql", tmp_path))
     await store.start()

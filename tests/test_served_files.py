@@ -18,7 +18,7 @@ from loopback import uvicorn_serving
 
 import crag
 from crag.app.server import build_server
-from crag.app.server.files import byte_range, headers_for
+from crag.app.server.routes.files import byte_range, headers_for
 from crag.trace import file_id
 
 DATA = Path(__file__).parent / "data" / "documents" / "good"

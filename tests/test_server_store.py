@@ -18,7 +18,7 @@ from llama_agents.server import PersistentHandler
 from llama_agents.server._store.abstract_workflow_store import HandlerQuery
 from workflows.events import Event, StepState, StepStateChanged, StopEvent
 
-from crag.app.server.stores import PostgresRunStore, SqliteRunStore
+from crag.app.server.store import PostgresRunStore, SqliteRunStore
 from crag.events import StepProgressEvent
 
 

@@ -15,12 +15,8 @@ from loopback import LoopbackServer, Reply, openai_chat
 from crag import ChunkIndex, Settings, ingest
 from crag.app.cli import main
 from crag.errors import ConfigError, IngestError, ModelReplyError
-from crag.ingestion.summaries import (
-    ExtractiveSummarizer,
-    LLMSummarizer,
-    extractive_summary,
-    summarizer_for,
-)
+from crag.ingestion.configured import summarizer_for
+from crag.ingestion.summaries import ExtractiveSummarizer, LLMSummarizer, extractive_summary
 from crag.steps.document_summaries import SummaryRetriever, parse_choices
 from crag.testing import FakeLLM
 

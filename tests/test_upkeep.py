@@ -19,8 +19,8 @@ from llama_agents.server import PersistentHandler
 from llama_agents.server._store.abstract_workflow_store import HandlerQuery
 from test_serve import ANSWERED, _settings, running
 
-from crag.app.server.stores import PostgresRunStore, SqliteRunStore
-from crag.app.server.upkeep import ORPHANED, LiveRuns, Upkeep
+from crag.app.server.ops.upkeep import ORPHANED, LiveRuns, Upkeep
+from crag.app.server.store import PostgresRunStore, SqliteRunStore
 
 POSTGRES_URL = os.environ.get("CRAG_TEST_POSTGRES_URL")
 ANSWER = 60.0  # seconds a reply may take on a busy machine (two cores, four CPU burners)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from crag import ConfigError, IngestError, ingest
-from crag.config import VectorStoreSettings
+from crag.index import VectorStoreOptions
 from crag.index import ChunkIndex
 from crag.index.vectors import ChromaStore, client_for
 from crag.models import WordLlamaEmbedding
@@ -47,11 +47,11 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(params=["embedded", "server"])
-def settings(request: pytest.FixtureRequest) -> VectorStoreSettings:
+def settings(request: pytest.FixtureRequest) -> VectorStoreOptions:
     if request.param == "embedded":
-        return VectorStoreSettings()
+        return VectorStoreOptions()
     uri = request.getfixturevalue("chroma_server")
-    return VectorStoreSettings(kind="server", uri=uri, collection=f"t{abs(hash(request.node.name)) % 10**8}")
+    return VectorStoreOptions(kind="server", uri=uri, collection=f"t{abs(hash(request.node.name)) % 10**8}")
 
 
 def unit(rows: int, seed: int) -> np.ndarray:
@@ -60,7 +60,7 @@ def unit(rows: int, seed: int) -> np.ndarray:
 
 
 def test_add_query_and_delete_by_document_round_trip(chroma_server: str, tmp_path: Path) -> None:
-    settings = VectorStoreSettings(kind="server", uri=chroma_server, collection="roundtrip")
+    settings = VectorStoreOptions(kind="server", uri=chroma_server, collection="roundtrip")
     vectors = unit(6, seed=0)
     store = ChromaStore(client_for(settings, tmp_path), f"{settings.collection}-rt", create=True)
     try:
@@ -90,7 +90,7 @@ def nearest(index: ChunkIndex, text: str, k: int = 3) -> list[tuple[str, float]]
 
 
 def test_the_store_gives_the_exact_ranking_and_a_reopened_index_the_same(
-    settings: VectorStoreSettings, docs: Path, tmp_path: Path
+    settings: VectorStoreOptions, docs: Path, tmp_path: Path
 ) -> None:
     ingest([docs], tmp_path / "index", vector_store=settings)
     index = ChunkIndex.load(tmp_path / "index", settings)
@@ -103,7 +103,7 @@ def test_the_store_gives_the_exact_ranking_and_a_reopened_index_the_same(
     assert nearest(ChunkIndex.load(tmp_path / "index", settings), "roasted coffee") == found
 
 
-def test_a_changed_file_replaces_its_vectors(settings: VectorStoreSettings, docs: Path, tmp_path: Path) -> None:
+def test_a_changed_file_replaces_its_vectors(settings: VectorStoreOptions, docs: Path, tmp_path: Path) -> None:
     ingest([docs], tmp_path / "index", vector_store=settings)
     (docs / "coffee.txt").write_text("Espresso is brewed by forcing hot water through ground beans.")
     ingest([docs], tmp_path / "index", vector_store=settings)
@@ -118,7 +118,7 @@ def test_a_changed_file_replaces_its_vectors(settings: VectorStoreSettings, docs
 
 
 def test_a_failed_write_leaves_the_old_index_and_its_vectors_searchable(
-    settings: VectorStoreSettings, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    settings: VectorStoreOptions, docs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ingest([docs], tmp_path / "index", vector_store=settings)
     before = nearest(ChunkIndex.load(tmp_path / "index", settings), "cacao tree")
@@ -155,23 +155,23 @@ def test_the_default_store_needs_no_chroma(docs: Path, tmp_path: Path) -> None:
 def test_a_server_index_opened_without_server_settings_says_what_to_set(
     chroma_server: str, docs: Path, tmp_path: Path
 ) -> None:
-    ingest([docs], tmp_path / "index", vector_store=VectorStoreSettings(kind="server", uri=chroma_server))
+    ingest([docs], tmp_path / "index", vector_store=VectorStoreOptions(kind="server", uri=chroma_server))
     with pytest.raises(ConfigError, match=r"\[vector_store\] kind = \"server\""):
         nearest(ChunkIndex.load(tmp_path / "index"), "coffee")
 
 
 def test_a_server_without_a_uri_or_with_a_bad_one_is_a_settings_error(docs: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="vector_store.uri is not set"):
-        ingest([docs], tmp_path / "index", vector_store=VectorStoreSettings(kind="server"))
+        ingest([docs], tmp_path / "index", vector_store=VectorStoreOptions(kind="server"))
     with pytest.raises(ConfigError, match="not an http"):
-        ingest([docs], tmp_path / "index", vector_store=VectorStoreSettings(kind="server", uri="chroma:8000"))
+        ingest([docs], tmp_path / "index", vector_store=VectorStoreOptions(kind="server", uri="chroma:8000"))
 
 
 def test_a_server_keeps_the_live_collection_and_the_one_before_it(
     chroma_server: str, docs: Path, tmp_path: Path
 ) -> None:
     """The one before stays for readers that opened the previous version just before the switch."""
-    settings = VectorStoreSettings(kind="server", uri=chroma_server, collection="kept")
+    settings = VectorStoreOptions(kind="server", uri=chroma_server, collection="kept")
     for text in ("Coffee is roasted.", "Coffee is ground.", "Coffee is brewed."):
         (docs / "coffee.txt").write_text(text)
         ingest([docs], tmp_path / "index", vector_store=settings)
@@ -184,7 +184,7 @@ def test_a_server_keeps_the_live_collection_and_the_one_before_it(
 def test_re_chunking_on_a_server_writes_the_next_collection(
     chroma_server: str, docs: Path, tmp_path: Path
 ) -> None:
-    settings = VectorStoreSettings(kind="server", uri=chroma_server, collection="rechunked")
+    settings = VectorStoreOptions(kind="server", uri=chroma_server, collection="rechunked")
     ingest([docs], tmp_path / "index", vector_store=settings)
     ingest([docs], tmp_path / "index", vector_store=settings, chunk_size=128, chunk_overlap=16)
     index = ChunkIndex.load(tmp_path / "index", settings)

@@ -24,11 +24,14 @@ QUESTION = "What warranty does Lumen give on the Helio H10?"
 
 def pipeline(workflow: Any) -> dict[str, object]:
     """What a workflow does with a question: its steps, components, stages and limits."""
-    parts = ("retriever", "grader", "refiner", "rewriter", "searcher", "synthesizer", "decomposer", "judge",
-             "condenser")
+    parts = {
+        "retriever": workflow.retriever, "grader": workflow.grader, "refiner": workflow.refiner,
+        "rewriter": workflow.rewriter, "searcher": workflow.searcher, "synthesizer": workflow.synthesizer,
+        "decomposer": workflow.hops.decomposer, "judge": workflow.retrieval.judge, "condenser": workflow.condenser,
+    }
     return {
         "steps": sorted(get_steps_from_instance(workflow)),
-        **{part: type(getattr(workflow, part)).__name__ for part in parts},
+        **{part: type(component).__name__ for part, component in parts.items()},
         "stages": [getattr(p, "name", type(p).__name__) for p in workflow.postprocessors],
         "thresholds": (workflow.upper, workflow.lower, workflow.cover),
         "budget": workflow.budget.model_dump(),

@@ -12,79 +12,30 @@ from typing import Any as _Any
 
 from crag import display as _display
 
-_WHERE = {
-    "Settings": "crag.config",
-    "ConfigError": "crag.errors",
-    "CragError": "crag.errors",
-    "GradeParseError": "crag.errors",
-    "DecomposeParseError": "crag.errors",
-    "IndexNotFoundError": "crag.errors",
-    "IngestError": "crag.errors",
-    "ModelReplyError": "crag.errors",
-    "QueryError": "crag.errors",
-    "QueryRejected": "crag.errors",
-    "ReplyCutOff": "crag.errors",
-    "SearchError": "crag.errors",
-    "StepError": "crag.errors",
-    "TraceError": "crag.errors",
-    "Bridge": "crag.events",
-    "CragResult": "crag.events",
-    "Grade": "crag.events",
-    "Source": "crag.events",
-    "Strip": "crag.events",
-    "Verdict": "crag.events",
-    "ChunkIndex": "crag.index",
-    "ingest": "crag.ingestion",
-    "BridgeFinder": "crag.interfaces",
-    "Decomposer": "crag.interfaces",
-    "Grader": "crag.interfaces",
-    "QueryRewriter": "crag.interfaces",
-    "Refiner": "crag.interfaces",
-    "Retriever": "crag.interfaces",
-    "Synthesizer": "crag.interfaces",
-    "WebSearch": "crag.interfaces",
-    "CorrectiveRAGWorkflow": "crag.workflows",
-    "build_workflow": "crag.workflows.factory",
-    "run_sync": "crag._offload",
-    "settle_heap": "crag._offload",
+# The public names, by the module that defines each: the one list. `__all__`, `dir(crag)` and
+# the lookup on first use read it; the imports for type checkers at the end must match it
+# (tests/test_public_api.py).
+_EXPORTS = {
+    "crag._offload": ("run_sync", "settle_heap"),
+    "crag.config": ("Settings",),
+    "crag.errors": (
+        "ConfigError", "CragError", "DecomposeParseError", "GradeParseError", "IndexNotFoundError",
+        "IngestError", "ModelReplyError", "QueryError", "QueryRejected", "ReplyCutOff",
+        "SearchError", "StepError", "TraceError",
+    ),
+    "crag.events": ("Bridge", "CragResult", "Grade", "Source", "Strip", "Verdict"),
+    "crag.index": ("ChunkIndex",),
+    "crag.ingestion": ("ingest",),
+    "crag.interfaces": (
+        "BridgeFinder", "Decomposer", "Grader", "QueryRewriter", "Refiner", "Retriever",
+        "Synthesizer", "WebSearch",
+    ),
+    "crag.workflows": ("CorrectiveRAGWorkflow",),
+    "crag.workflows.factory": ("build_workflow",),
 }
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = [
-    "Bridge",
-    "BridgeFinder",
-    "ChunkIndex",
-    "ConfigError",
-    "CorrectiveRAGWorkflow",
-    "CragError",
-    "CragResult",
-    "DecomposeParseError",
-    "Decomposer",
-    "Grade",
-    "GradeParseError",
-    "Grader",
-    "IndexNotFoundError",
-    "IngestError",
-    "ModelReplyError",
-    "QueryError",
-    "QueryRejected",
-    "QueryRewriter",
-    "Refiner",
-    "ReplyCutOff",
-    "Retriever",
-    "SearchError",
-    "Settings",
-    "Source",
-    "StepError",
-    "Strip",
-    "Synthesizer",
-    "TraceError",
-    "Verdict",
-    "WebSearch",
-    "build_workflow",
-    "ingest",
-    "run_sync",
-    "settle_heap",
-]
+__all__ = list(_WHERE)
 
 
 def _run_html(result: _Any) -> str | None:
@@ -118,36 +69,38 @@ def __dir__() -> list[str]:
     return sorted({*(n for n in globals() if n.startswith('_')), *__all__})
 
 
-if _TYPE_CHECKING:
-    from crag._offload import run_sync, settle_heap
-    from crag.config import Settings
-    from crag.errors import (
-        ConfigError,
-        CragError,
-        DecomposeParseError,
-        GradeParseError,
-        IndexNotFoundError,
-        IngestError,
-        ModelReplyError,
-        QueryError,
-        QueryRejected,
-        ReplyCutOff,
-        SearchError,
-        StepError,
-        TraceError,
-    )
-    from crag.events import Bridge, CragResult, Grade, Source, Strip, Verdict
-    from crag.index import ChunkIndex
-    from crag.ingestion import ingest
-    from crag.interfaces import (
-        BridgeFinder,
-        Decomposer,
-        Grader,
-        QueryRewriter,
-        Refiner,
-        Retriever,
-        Synthesizer,
-        WebSearch,
-    )
-    from crag.workflows import CorrectiveRAGWorkflow
-    from crag.workflows.factory import build_workflow
+if _TYPE_CHECKING:  # `X as X`: a re-export, as type checkers cannot read a computed `__all__`
+    from crag._offload import run_sync as run_sync
+    from crag._offload import settle_heap as settle_heap
+    from crag.config import Settings as Settings
+    from crag.errors import ConfigError as ConfigError
+    from crag.errors import CragError as CragError
+    from crag.errors import DecomposeParseError as DecomposeParseError
+    from crag.errors import GradeParseError as GradeParseError
+    from crag.errors import IndexNotFoundError as IndexNotFoundError
+    from crag.errors import IngestError as IngestError
+    from crag.errors import ModelReplyError as ModelReplyError
+    from crag.errors import QueryError as QueryError
+    from crag.errors import QueryRejected as QueryRejected
+    from crag.errors import ReplyCutOff as ReplyCutOff
+    from crag.errors import SearchError as SearchError
+    from crag.errors import StepError as StepError
+    from crag.errors import TraceError as TraceError
+    from crag.events import Bridge as Bridge
+    from crag.events import CragResult as CragResult
+    from crag.events import Grade as Grade
+    from crag.events import Source as Source
+    from crag.events import Strip as Strip
+    from crag.events import Verdict as Verdict
+    from crag.index import ChunkIndex as ChunkIndex
+    from crag.ingestion import ingest as ingest
+    from crag.interfaces import BridgeFinder as BridgeFinder
+    from crag.interfaces import Decomposer as Decomposer
+    from crag.interfaces import Grader as Grader
+    from crag.interfaces import QueryRewriter as QueryRewriter
+    from crag.interfaces import Refiner as Refiner
+    from crag.interfaces import Retriever as Retriever
+    from crag.interfaces import Synthesizer as Synthesizer
+    from crag.interfaces import WebSearch as WebSearch
+    from crag.workflows import CorrectiveRAGWorkflow as CorrectiveRAGWorkflow
+    from crag.workflows.factory import build_workflow as build_workflow

@@ -15,13 +15,28 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from crag.errors import CragError
+
 T = TypeVar("T")
 
 _LEFT: set[asyncio.Future[object]] = set()  # held, so that a left task is not collected mid-way
 
 
-class StoreTimeout(TimeoutError):
-    """The store did not answer within the limit."""
+class StoreTimeout(CragError, TimeoutError):
+    """The store did not answer within the limit (a `TimeoutError` too, as callers catch it)."""
+
+
+def store_errors() -> tuple[type[Exception], ...]:
+    """What a database crag keeps state in (the run store, the grade cache) raises when it is
+    down, frozen, full, locked or refuses: sqlite3's and asyncpg's errors, OSError (a refused or
+    lost connection, a timeout, `StoreTimeout`), and ValueError (a URL it cannot use, a stored
+    record it cannot read). Anything else is a bug of crag's, not the store's state."""
+    import sqlite3
+
+    import asyncpg
+
+    return (sqlite3.Error, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+            OSError, asyncio.TimeoutError, ValueError)
 
 
 async def given_up_after(seconds: float, work: Awaitable[T], what: str) -> T:

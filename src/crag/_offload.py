@@ -21,9 +21,9 @@ import functools
 import gc
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -154,3 +154,14 @@ def run_sync(start: Callable[[], Awaitable[T]]) -> T:
 
 async def _await(start: Callable[[], Awaitable[T]]) -> T:
     return await start()
+
+
+_background: set[asyncio.Task] = set()
+
+
+def in_background(work: Coroutine[Any, Any, Any]) -> None:
+    """Run `work` without waiting for it: kept referenced until done; a failure is dropped,
+    since whatever needed the work does it again (a speculative step)."""
+    task = asyncio.ensure_future(work)
+    _background.add(task)
+    task.add_done_callback(lambda done: (_background.discard(done), done.cancelled() or done.exception()))

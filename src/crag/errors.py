@@ -3,15 +3,27 @@
 Every message says what failed and what to do about it.
 
     CragError
-    ├── ConfigError          a setting or component name is wrong
-    ├── QueryError           the question cannot be asked (empty, too long)
-    ├── IndexNotFoundError   no index where one was expected
-    ├── IngestError          a file could not be read or indexed
-    ├── GradeParseError      a model's grade could not be parsed
-    ├── SearchError          the web search failed
-    ├── StepError            a component failed inside a workflow step, with no fallback
-    ├── TraceError           a run trace is missing, unreadable or another workflow's
-    └── ModelReplyError      a language model's server answered with something unusable
+    ├── ConfigError              a setting or component name is wrong
+    ├── QueryError               the question cannot be asked (empty, too long)
+    ├── QueryRejected            a query a model wrote (a rewrite, a sub-question) failed the checks
+    ├── IndexNotFoundError       no index where one was expected
+    │   └── OldIndexFormatError  (crag.index.layout) an earlier crag wrote it: `crag ingest`
+    ├── IngestError              a file could not be read or indexed
+    ├── GradeParseError          a model's grade could not be parsed
+    ├── DecomposeParseError      a model's decomposition of a question could not be parsed
+    ├── SearchError              the web search failed
+    ├── StepError                a component failed inside a workflow step, with no fallback
+    ├── TraceError               a run trace is missing, unreadable or another workflow's
+    ├── ModelReplyError          a language model's server answered with something unusable
+    │   └── ReplyCutOff          the reply was cut at its length limit
+    ├── BudgetReached            (crag.budget) the question's budget for model calls is spent
+    ├── DeadlineReached          (crag.budget) the run's deadline for model calls came
+    ├── StoreTimeout             (crag._bounded) a database did not answer in time (a TimeoutError)
+    ├── RunRefused               (crag.app.runs) no run was started; `status` is the HTTP status
+    └── BadRequest               (crag.app.server.openai.request) an OpenAI request crag refuses
+
+A class drawn with its module in parentheses lives beside the code that raises it; the others
+are defined here. `tests/test_errors.py` checks this drawing against every exception class in crag.
 
 `redact(text)` removes API keys from text meant for people (error messages, the trace):
 every key crag was given (`register_secret`) and anything shaped like a key or a bearer

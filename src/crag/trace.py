@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from time import perf_counter
@@ -26,8 +26,10 @@ from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMComp
 from pydantic import BaseModel, Field
 
 from crag.cost import call_tokens, count_tokens, messages_text
+from crag.errors import redact
 
 E = TypeVar("E")
+T = TypeVar("T")
 
 
 class StepRecord(BaseModel):
@@ -356,3 +358,22 @@ def install_llm_call_counter() -> None:
     root = get_dispatcher()
     if not any(isinstance(h, _LLMCallCounter) for h in root.event_handlers):
         root.add_event_handler(_LLMCallCounter())
+
+
+async def or_fallback(
+    record: StepRecord, what: str, remedy: str,
+    attempt: Callable[[], Awaitable[T]], fallback: Callable[[], Awaitable[T]],
+) -> T:
+    """`attempt()`, or, when it fails in any way, `fallback()` (an offline component), with the
+    step's record saying "`what` failed (why); `remedy`". One place for the workflow's rule: a
+    component's failure costs quality, never the run."""
+    try:
+        return await attempt()
+    except Exception as exc:  # noqa: BLE001 - any failure of the component has the same remedy
+        record.degrade(f"{what} failed ({describe(exc)}); {remedy}")
+        return await fallback()
+
+
+def describe(exc: BaseException) -> str:
+    """One line for the trace and `degraded`, without API keys (an error body may echo one)."""
+    return redact(f"{type(exc).__name__}: {exc}")[:300]

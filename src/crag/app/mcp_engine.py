@@ -36,7 +36,7 @@ class Engine:
     _runs: RunService | None = None
     _owned: bool = False  # the service is this engine's own (stdio): it keeps the run store small
     _started: deque[str] = field(default_factory=deque)
-    session_manager: Any = None  # the MCP SDK's, under `crag serve` (mcp_route.py)
+    session_manager: Any = None  # the MCP SDK's, under `crag serve` (server/routes/mcp.py)
 
     @classmethod
     def ready(cls, settings: Settings, runs: RunService) -> Engine:

@@ -9,7 +9,7 @@ gets one progress notification per step started and finished.
 Over stdio (`serve_stdio`, what `crag mcp` runs) the server answers `initialize` before the
 index and models are loaded: they load in a thread meanwhile, and the first tool call waits for
 them; so a client's start-up does not wait on crag's. `crag serve` mounts the same server at
-`/mcp` (crag.app.server.mcp_route).
+`/mcp` (crag.app.server.routes.mcp).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from workflows.errors import WorkflowTimeoutError
 
 from crag._logs import root_logging_kept
 from crag.app.mcp_engine import KEEP_TRACES, Engine, manifest
-from crag.budget import spending
 from crag.errors import CragError, redact
 
 if TYPE_CHECKING:  # crag.events and crag.trace import llama-index, most of the start-up: loader thread
@@ -37,7 +36,7 @@ if TYPE_CHECKING:  # crag.events and crag.trace import llama-index, most of the 
 
     from crag.app.runs import Run
     from crag.events import CragResult, Grade
-    from crag.workflows import CorrectiveRAGWorkflow
+    from crag.steps.graded_retrieval import Graded
 
 __all__ = ["AskOutput", "Engine", "SearchOutput", "build_mcp", "serve_stdio"]
 
@@ -122,10 +121,18 @@ def build_mcp(engine: Engine, *, allow_ingest: bool = False) -> MCPServer:
         """Find the chunks of the indexed documents that bear on a question, each graded for
         relevance (0 to 1), best first; no answer is written and the web is not searched."""
         with _told():
+            from crag.workflows.base import (
+                check_query,  # loaded with the workflow: no start-up cost
+            )
+
             workflow = await engine.workflow()
+            query = check_query(question)
             async with engine.admitted():  # its grader may call the model as a run's does
-                with spending(workflow.new_budget()):  # and its calls are bounded as a run's are
-                    return await asyncio.wait_for(_search(workflow, question, top_k), engine.settings.run.timeout)
+                # and its calls are bounded as a run's are: the run's budget, deadline and time limit
+                graded = await workflow.retrieval.alone(
+                    query, budget=workflow.new_budget(), timeout=engine.settings.run.timeout
+                )
+            return _search_output(graded, top_k)
 
     @server.resource("crag://index/manifest", mime_type="application/json")
     async def index_manifest() -> str:
@@ -221,21 +228,10 @@ def _ask_text(out: AskOutput) -> str:
     return "\n".join(lines)
 
 
-async def _search(
-    workflow: CorrectiveRAGWorkflow, question: str, top_k: int | None
-) -> SearchOutput:
-    """The workflow's own retrieve, postprocess and grade components, without its run."""
-    from crag.steps.grading import decide_verdict
-    from crag.steps.postprocessing import apply_postprocessors
-    from crag.workflows.base import check_query
-
-    query = check_query(question)
-    chunks = await workflow.retriever.retrieve(query)
-    chunks = await apply_postprocessors(workflow.postprocessors, query, chunks)
-    grades = await workflow.grader.grade(query, chunks)
-    hits = sorted((_hit(c, g) for c, g in zip(chunks, grades)), key=lambda h: -h.score)
-    verdict = decide_verdict(grades, workflow.upper, workflow.lower)
-    return SearchOutput(verdict=verdict.value, chunks=hits[:top_k] if top_k else hits)
+def _search_output(graded: Graded, top_k: int | None) -> SearchOutput:
+    """The graded chunks, best first, and the verdict they make."""
+    hits = sorted((_hit(c, g) for c, g in zip(graded.chunks, graded.grades)), key=lambda h: -h.score)
+    return SearchOutput(verdict=graded.verdict.value, chunks=hits[:top_k] if top_k else hits)
 
 
 def _hit(chunk: NodeWithScore, grade: Grade) -> Hit:

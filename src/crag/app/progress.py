@@ -18,7 +18,7 @@ the answer as it is written:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from time import perf_counter
 from typing import TYPE_CHECKING, TextIO
@@ -31,6 +31,9 @@ from crag.printable import printable
 from crag.trace import StepRecord
 
 if TYPE_CHECKING:
+    from workflows.events import Event
+
+    from crag.app.runs import Run
     from crag.ingestion import ProgressCallback
 
 StepCallback = Callable[[StepProgressEvent], None]
@@ -46,12 +49,23 @@ async def run_with_progress(
     """Run the workflow on `query`, calling `on_step` with each step's progress event and
     `on_delta` (if given) with each piece of the answer as it is written."""
     handler = workflow.run(query=query)
-    async for event in handler.stream_events():
+    await _show(handler.stream_events(), on_step, on_delta)
+    return await handler
+
+
+async def follow(run: Run, on_step: StepCallback, on_delta: DeltaCallback | None = None) -> CragResult:
+    """A run started by the run service (`crag.app.runs.RunService.start`), shown as
+    `run_with_progress` shows one; its result, or its error (how `crag ask` runs a question)."""
+    await _show(run.events(), on_step, on_delta)
+    return await run.result()
+
+
+async def _show(events: AsyncIterator[Event], on_step: StepCallback, on_delta: DeltaCallback | None) -> None:
+    async for event in events:
         if isinstance(event, StepProgressEvent):
             on_step(event)
         elif on_delta is not None and isinstance(event, AnswerDeltaEvent):
             on_delta(event)
-    return await handler
 
 
 class AnswerPrinter:

@@ -48,7 +48,8 @@ from crag.evaluation.metrics import (
 from crag.evaluation.runner import build_index
 from crag.events import Grade
 from crag.index import ChunkIndex
-from crag.steps.grading import decide_verdict, thresholds_of
+from crag.steps.graded_retrieval import GradedRetrieval
+from crag.steps.grading import decide_verdict
 
 Label = Literal["gold", "answer"]
 Objective = Literal["accuracy", "balanced"]
@@ -80,7 +81,8 @@ class LabelledChunk(BaseModel):
 async def retrieve_questions(
     dataset: Path, corpus: Path, settings: Settings, *, drop_fraction: float, seed: int
 ) -> tuple[ChunkIndex, list[Retrieval]]:
-    """Retrieve the top-k chunks of every question, with the chosen gold passages removed."""
+    """Retrieve the top-k chunks of every question, with the chosen gold passages removed, and
+    postprocessed as a run's are (`GradedRetrieval.find`): the chunks a run would grade."""
     from crag.workflows.factory import build_workflow
 
     questions = load_questions(dataset)
@@ -89,20 +91,21 @@ async def retrieve_questions(
     drop = drop_gold(questions, drop_fraction, seed)
     with tempfile.TemporaryDirectory(prefix="crag-calibrate-") as tmp:
         index = build_index(passages, drop.doc_ids, Path(tmp), settings)
-    retriever = build_workflow(settings, index=index).retriever
+    retrieval = build_workflow(settings, index=index).retrieval
     retrievals = [
-        Retrieval(dataset.name, q, await retriever.retrieve(q.question), drop.is_dropped(q))
+        Retrieval(dataset.name, q, await retrieval.find(q.question), drop.is_dropped(q))
         for q in questions
     ]
     return index, retrievals
 
 
-async def label_chunks(retrievals: Sequence[Retrieval], grader: object) -> list[LabelledChunk]:
-    """Grade every retrieved chunk with `grader` and label it."""
+async def label_chunks(retrievals: Sequence[Retrieval], retrieval: GradedRetrieval) -> list[LabelledChunk]:
+    """Grade every retrieved chunk as a run would (`retrieval`'s grader, cache included) and
+    label it."""
     labelled: list[LabelledChunk] = []
     for r in retrievals:
-        grades: list[Grade] = await grader.grade(r.question.question, r.chunks)  # type: ignore[attr-defined]
-        for chunk, grade in zip(r.chunks, grades):
+        graded = await retrieval.grade(r.question.question, r.chunks)
+        for chunk, grade in zip(graded.chunks, graded.grades):
             labelled.append(
                 LabelledChunk(
                     dataset=r.dataset,
@@ -234,8 +237,7 @@ async def acalibrate(
         index, retrievals = await retrieve_questions(
             dataset, corpus, settings, drop_fraction=drop_fraction, seed=seed
         )
-        grader = build_workflow(settings, index=index).grader
-        pairs.extend(await label_chunks(retrievals, grader))
+        pairs.extend(await label_chunks(retrievals, build_workflow(settings, index=index).retrieval))
         retrievals_all.extend(retrievals)
     labels = [p.label(label) for p in pairs]
     scores = [p.score for p in pairs]
@@ -303,12 +305,12 @@ async def acalibrate_band(
         index, retrievals = await retrieve_questions(
             dataset, corpus, settings, drop_fraction=drop_fraction, seed=seed
         )
-        evaluator = build_workflow(grading("lexical"), index=index).grader
-        grader = build_workflow(grading("llm"), index=index).grader
+        evaluator = build_workflow(grading("lexical"), index=index).retrieval
+        graded_by_model = build_workflow(grading("llm"), index=index).retrieval
         for r in retrievals:
-            offline.append([g.score for g in await evaluator.grade(r.question.question, r.chunks)])
-            model.append([g.score for g in await grader.grade(r.question.question, r.chunks)])
-    upper, lower = thresholds_of(grader, settings.grader.upper, settings.grader.lower)  # the model's verdicts
+            offline.append([g.score for g in (await evaluator.grade(r.question.question, r.chunks)).grades])
+            model.append([g.score for g in (await graded_by_model.grade(r.question.question, r.chunks)).grades])
+    upper, lower = graded_by_model.upper, graded_by_model.lower  # the model's verdicts
     fit = fit_band(offline, model, upper=upper, lower=lower, target=target, batch=settings.grader.batch)
     return BandCalibration(
         band_low=fit.low, band_high=fit.high, target_agreement=target, agreement=fit.agreement,

@@ -6,14 +6,12 @@ concurrently up to a bound (offline components are CPU-bound, so the default the
 one at a time, which also keeps per-question latencies honest).
 
 What a run retrieved and what its synthesizer read are observed by thin wrappers
-around the workflow's `retriever` and `synthesizer`, which report to the question
-being run through a context variable (the engine's step tasks inherit it).
+around the workflow's retriever and synthesizer (observing.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -25,8 +23,8 @@ from typing import Any, Literal
 from llama_index.core.schema import NodeWithScore
 from pydantic import BaseModel, Field
 
-from crag.config import Settings
 from crag.budget import Budget, watching
+from crag.config import Settings
 from crag.cost import CostRecord
 from crag.errors import ConfigError
 from crag.evaluation.datasets import (
@@ -45,8 +43,8 @@ from crag.evaluation.metrics import (
     contains_answer,
     first_sentence_contains_answer,
 )
+from crag.evaluation.observing import instrument, observing
 from crag.evaluation.systems import System, resolve_systems
-from crag.events import Strip
 from crag.index import ChunkIndex
 from crag.ingestion import ingest
 
@@ -191,7 +189,7 @@ async def aevaluate(
         bar = _progress_bar(len(systems) * len(questions), progress)
         try:
             for system in systems:
-                workflow = _instrument(system.build(settings, index))
+                workflow = instrument(system.build(settings, index))
                 if hasattr(workflow, "upper") and hasattr(workflow, "lower"):
                     thresholds[system.name] = (workflow.upper, workflow.lower)
                 system_started = perf_counter()
@@ -287,66 +285,15 @@ def _progress_bar(total: int, show: bool | None) -> Any:
     )
 
 
-# --- observing what a run retrieved and read -------------------------------------------
-
-
-@dataclass
-class _Observation:
-    retrieved: list[NodeWithScore] | None = None
-    context: list[Strip] | None = None
-
-
-_observing: contextvars.ContextVar[_Observation | None] = contextvars.ContextVar(
-    "crag_eval_observation", default=None
-)
-
-
-class _RetrieverProbe:
-    """Passes retrieval through, noting the first retrieval of the question being run."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    async def retrieve(self, query: str) -> list[NodeWithScore]:
-        chunks = await self.inner.retrieve(query)
-        observation = _observing.get()
-        if observation is not None and observation.retrieved is None:
-            observation.retrieved = list(chunks)
-        return chunks
-
-
-class _SynthesizerProbe:
-    """Passes synthesis through, noting the strips the synthesizer was given."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    async def synthesize(self, query: str, strips: Sequence[Strip]) -> Any:
-        observation = _observing.get()
-        if observation is not None:
-            observation.context = list(strips)
-        return await self.inner.synthesize(query, strips)
-
-
-def _instrument(workflow: Any) -> Any:
-    """Wrap the workflow's retriever and synthesizer, where it has them, with probes."""
-    if hasattr(workflow, "retriever"):
-        workflow.retriever = _RetrieverProbe(workflow.retriever)
-    if hasattr(workflow, "synthesizer"):
-        workflow.synthesizer = _SynthesizerProbe(workflow.synthesizer)
-    return workflow
-
-
 async def _run_one(
     system: System, workflow: Any, question: Question, drop: GoldDrop, nodes: dict[str, Any]
 ) -> Outcome:
     split: Split = "gold-dropped" if drop.is_dropped(question) else "gold-present"
     outcome = Outcome(system=system.name, question_id=question.id, split=split)
-    observation = _Observation()
-    token = _observing.set(observation)
     started = perf_counter()
     try:
-        with watching() as budgets:  # what the run spent, even if it fails before its cost record
+        # what the run retrieved and read, and spent, even if it fails before its cost record
+        with observing() as observation, watching() as budgets:
             result = await workflow.run(query=question.question)
     except Exception as exc:  # noqa: BLE001 - one failed question must not lose the evaluation
         outcome.error = f"{type(exc).__name__}: {exc}"[:300]
@@ -355,7 +302,6 @@ async def _run_one(
         return outcome
     finally:
         outcome.seconds = perf_counter() - started
-        _observing.reset(token)
     outcome.answer = result.answer
     outcome.correct = contains_answer(result.answer, question.answers)
     outcome.first_sentence_correct = first_sentence_contains_answer(

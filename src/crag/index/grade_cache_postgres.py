@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from crag._bounded import given_up_after
+from crag._bounded import given_up_after, store_errors
 from crag.errors import hide_password, redact
 from crag.index.grade_cache import CacheStats, usable_score
 
@@ -144,7 +144,7 @@ class PostgresGradeCache:
         pool = task.result()
         try:
             await self._bounded(pool.close())
-        except Exception:  # noqa: BLE001 - a database that does not answer: just drop the connections
+        except store_errors():  # a database that does not answer: just drop the connections
             pool.terminate()
 
     # -- the pool, and what goes wrong with it ----------------------------------------------

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import uuid
+from tokenize import TokenError
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,11 +18,17 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
-from crag.config import VectorStoreSettings
 from crag.errors import IndexNotFoundError, IngestError
 from crag.index.server_vectors import drop_collection
+from crag.index.vectors import VectorStoreOptions
 
 FORMAT_VERSION = 2
+# What reading a damaged file of the index raises, beside OSError: NumPy's .npy header parser
+# alone raises ValueError, EOFError, SyntaxError or tokenize's TokenError; a shape or dtype
+# that does not fit, ValueError, TypeError or an ArithmeticError; JSON of the wrong shape (bm25s
+# reads its own), a LookupError, TypeError or AttributeError. Anything else is a bug of crag's.
+DAMAGED_FILE = (ValueError, EOFError, SyntaxError, TokenError, LookupError, TypeError, AttributeError,
+                ArithmeticError, RecursionError)
 EMBEDDING_DIM = 256
 POINTER = "CURRENT"
 VERSION_NAME = re.compile(r"v(\d+)")
@@ -129,9 +136,7 @@ def read_array(file: Path) -> np.ndarray:
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise ValueError(f"{file.name} is missing") from None
-    except OSError:
-        raise
-    except Exception:  # noqa: BLE001 - a damaged header raises ValueError, EOFError, TokenError, SyntaxError...
+    except DAMAGED_FILE:
         raise ValueError(f"{file.name} is not a NumPy array file") from None
 
 
@@ -177,12 +182,12 @@ def point_to(path: Path, name: str) -> None:
     fsync_dir(path)
 
 
-def remove_stale(path: Path, keep: set[str], settings: VectorStoreSettings) -> None:
+def remove_stale(path: Path, keep: set[str], store: VectorStoreOptions) -> None:
     """Older versions, interrupted writes and a format-1 index's files (under the write lock)."""
     for entry in path.iterdir():
         stale_version = VERSION_NAME.fullmatch(entry.name) and entry.name not in keep
-        if stale_version and settings.kind == "server":
-            drop_collection(settings, path, entry / "manifest.json")
+        if stale_version and store.kind == "server":
+            drop_collection(store, path, entry / "manifest.json")
         if stale_version or ".tmp-" in entry.name or entry.name in FORMAT1_FILES:
             if entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)

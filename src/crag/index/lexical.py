@@ -25,6 +25,7 @@ import bm25s
 import numpy as np
 
 from crag.errors import IndexNotFoundError
+from crag.index.layout import DAMAGED_FILE
 from crag.text import TermStats, terms
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
@@ -222,7 +223,7 @@ class LexicalIndex:
             yield
         except IndexNotFoundError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a damaged .npy header alone raises ValueError, SyntaxError, TokenError...
+        except (OSError, *DAMAGED_FILE) as exc:
             raise IndexNotFoundError.damaged(self._index, f"is unreadable ({what}: {type(exc).__name__})") from None
 
     def _chunks(self) -> int:

@@ -4,24 +4,23 @@ and dropping an old one."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from llama_index.core.schema import TextNode
 
-from crag.config import VectorStoreSettings
-from crag.errors import ConfigError, IndexNotFoundError
-from crag.index.vectors import ChromaStore, client_for
+from crag.errors import ConfigError, CragError, IndexNotFoundError
+from crag.index.vectors import ChromaStore, VectorStoreOptions, chroma_errors, client_for
 
 
 def write_server_vectors(nodes: Sequence[TextNode], embeddings: np.ndarray, vectors: dict,
-                         settings: VectorStoreSettings, path: Path) -> dict:
+                         options: VectorStoreOptions, path: Path) -> dict:
     """Every vector into a new server collection (after the one `vectors` records); the old one
     stays live until the switch. The manifest's new record of the store."""
     generation = int(vectors.get("generation", 0)) + 1
-    name = f"{settings.collection}-{generation}"
-    store = ChromaStore(client_for(settings, path), name, create=True)
+    name = f"{options.collection}-{generation}"
+    store = ChromaStore(client_for(options, path), name, create=True)
     try:
         ids = [n.node_id for n in nodes]
         stored = store.ids()
@@ -34,32 +33,32 @@ def write_server_vectors(nodes: Sequence[TextNode], embeddings: np.ndarray, vect
     return {"kind": "server", "collection": name, "count": len(ids), "generation": generation}
 
 
-def open_server_store(path: Path, vectors: dict, settings: VectorStoreSettings) -> ChromaStore:
-    if settings.kind != "server":
+def open_server_store(path: Path, vectors: dict, options: VectorStoreOptions) -> ChromaStore:
+    if options.kind != "server":
         raise ConfigError(
             f"The index at {path} keeps its vectors on a Chroma server (collection "
             f"{vectors.get('collection')!r}); set [vector_store] kind = \"server\" and its uri."
         )
     try:
-        return ChromaStore(client_for(settings, path), vectors["collection"])
+        return ChromaStore(client_for(options, path), vectors["collection"])
     except (ConfigError, IndexNotFoundError):
         raise
-    except Exception as exc:  # noqa: BLE001 - chromadb raises NotFoundError, ValueError, OSError...
+    except (*chroma_errors(), LookupError, TypeError) as exc:  # the server's, or the record's
         raise IndexNotFoundError(
             f"The Chroma collection of the index at {path} is unreadable ({exc}); "
             f"build it again: crag ingest YOUR_DOCS --index {path}"
         ) from None
 
 
-def drop_collection(settings: VectorStoreSettings, path: Path, manifest: Path) -> None:
+def drop_collection(options: VectorStoreOptions, path: Path, manifest: Path) -> None:
     try:
         name = json.loads(manifest.read_text(encoding="utf-8"))["vectors"]["collection"]
-        client = client_for(settings, path)
-    except Exception:  # noqa: BLE001 - no record, or no server: nothing to clean up
-        return
+        client = client_for(options, path)
+    except (OSError, ValueError, LookupError, TypeError, CragError):  # no record, or no server
+        return  # nothing to clean up
     try:
         client.delete_collection(name)
-    except Exception:  # noqa: BLE001 - already gone
+    except chroma_errors():  # already gone, or the server is
         pass
 
 

@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 from llama_index.core.schema import TextNode
 
-from crag.config import VectorStoreSettings
 from crag.errors import IndexNotFoundError, IngestError
 from crag.index.layout import (
     CHECKED_FILES,
@@ -61,7 +60,7 @@ from crag.index.layout import (
 from crag.index.lexical import BM25, ChunkTerms, LexicalIndex
 from crag.index.node_file import NodeFile, write_nodes
 from crag.index.server_vectors import open_server_store, write_server_vectors
-from crag.index.vectors import ChromaStore
+from crag.index.vectors import ChromaStore, VectorStoreOptions
 from crag.text import TermStats
 
 __all__ = ["POINTER", "ChunkIndex", "NodeFile", "OldIndexFormatError", "check_index_folder", "load_format1",
@@ -81,7 +80,7 @@ class ChunkIndex:
     manifest: dict[str, dict] = field(default_factory=dict)
     chunker: str = ""  # the node parser's signature; a different one re-chunks every file
     summaries: dict[str, str] = field(default_factory=dict)  # document id -> summary
-    store_settings: VectorStoreSettings = field(default_factory=VectorStoreSettings)
+    store_options: VectorStoreOptions = field(default_factory=VectorStoreOptions)
     vectors: dict = field(default_factory=dict)  # the manifest's record of the vector store
 
     def __post_init__(self) -> None:
@@ -173,7 +172,7 @@ class ChunkIndex:
 
     def _server_search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         if self._store is None:
-            self._store = open_server_store(self.path, self.vectors, self.store_settings)
+            self._store = open_server_store(self.path, self.vectors, self.store_options)
             self._positions = {n.node_id: i for i, n in enumerate(self.nodes)}
         hits = self._store.query(vector, min(k, len(self.nodes)))  # the store holds every chunk
         # A chunk id the index does not hold cannot come back, but would be a KeyError if it did.
@@ -192,8 +191,8 @@ class ChunkIndex:
         return cls(nodes=[], embeddings=np.zeros((0, EMBEDDING_DIM), dtype=np.float32))
 
     @classmethod
-    def load(cls, path: str | Path, store_settings: VectorStoreSettings | None = None) -> ChunkIndex:
-        """The live version of the index at `path`; `store_settings` reach a server store.
+    def load(cls, path: str | Path, store_options: VectorStoreOptions | None = None) -> ChunkIndex:
+        """The live version of the index at `path`; `store_options` reach a server store.
 
         Reads no chunk: only the manifest, and maps the arrays. Writes nothing, so a
         read-only index folder serves questions.
@@ -219,7 +218,7 @@ class ChunkIndex:
             manifest=manifest["files"],
             chunker=str(manifest.get("chunker", "")),
             summaries=summaries,
-            store_settings=store_settings or VectorStoreSettings(),
+            store_options=store_options or VectorStoreOptions(),
             vectors=manifest.get("vectors") or {},
         )
         index.path, index.version = path, version
@@ -244,8 +243,8 @@ class ChunkIndex:
                 np.save(f, np.asarray(self.embeddings, dtype=np.float32))
             (terms or self.chunk_terms()).save(tmp / "lexical")
             vectors = {"kind": "embedded"}
-            if self.store_settings.kind == "server":
-                vectors = write_server_vectors(self.nodes, self.embeddings, self.vectors, self.store_settings, path)
+            if self.store_options.kind == "server":
+                vectors = write_server_vectors(self.nodes, self.embeddings, self.vectors, self.store_options, path)
             manifest = {"format": FORMAT_VERSION, "chunks": len(self.nodes), "chunker": self.chunker,
                         "files": self.manifest, "vectors": vectors,
                         "sha256": {name: sha256(tmp / name) for name in CHECKED_FILES}}
@@ -263,7 +262,7 @@ class ChunkIndex:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        remove_stale(path, keep={f"v{number}", f"v{number - 1}"}, settings=self.store_settings)
+        remove_stale(path, keep={f"v{number}", f"v{number - 1}"}, store=self.store_options)
         self.close()
         self.vectors, self.path, self.version = vectors, path, path / f"v{number}"
 

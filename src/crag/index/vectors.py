@@ -11,20 +11,43 @@ leaves the old collection, and the old index, in use.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Literal, Protocol
 from urllib.parse import urlparse
 
 import numpy as np
+from pydantic import SecretStr
 
 from crag.errors import ConfigError, IndexNotFoundError
-
-if TYPE_CHECKING:
-    from crag.config import VectorStoreSettings
 
 _ADD_BATCH = 5000  # Chroma's own limit on one add is a little above this
 # HNSW search depth: Chroma's default (10) misses a third of the exact top 5 on 256-d vectors.
 _HNSW = {"space": "ip", "ef_construction": 100, "ef_search": 200, "max_neighbors": 16}
+
+
+@dataclass(frozen=True)
+class VectorStoreOptions:
+    """Where an index's vectors are searched (`crag.toml`'s `[vector_store]` gives these; its
+    defaults are the same).
+
+    Args:
+        kind: "embedded", exactly over the index's own embeddings, no server; or "server", a
+            Chroma server at `uri`.
+        uri: the Chroma server's URL, e.g. http://host:8000.
+        token: a bearer token for the server (text is wrapped in a `SecretStr`), kept out of
+            reprs and logs.
+        collection: the prefix of the server's collection names; one per index version.
+    """
+
+    kind: Literal["embedded", "server"] = "embedded"
+    uri: str | None = None
+    token: SecretStr | None = field(default=None, repr=False)
+    collection: str = "crag"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.token, str):
+            object.__setattr__(self, "token", SecretStr(self.token))
 
 
 class VectorStore(Protocol):
@@ -95,8 +118,18 @@ class ChromaStore:
         return [(i, 1.0 - d) for i, d in zip(found["ids"][0], found["distances"][0])]
 
 
-def client_for(settings: VectorStoreSettings, index_dir: Path) -> Any:
-    """An HTTP client on `settings.uri` (`index_dir` names the index in errors)."""
+def chroma_errors() -> tuple[type[Exception], ...]:
+    """What the Chroma client raises when its server cannot be reached or lacks a collection:
+    its own errors (`NotFoundError`...), httpx's, and the bare ValueError and OSError it lets
+    through. Imported when a store is on a server, as the client is."""
+    import httpx
+    from chromadb.errors import ChromaError
+
+    return (ChromaError, httpx.HTTPError, ValueError, OSError)
+
+
+def client_for(options: VectorStoreOptions, index_dir: Path) -> Any:
+    """An HTTP client on `options.uri` (`index_dir` names the index in errors)."""
     try:
         import chromadb
         from chromadb.config import Settings as ChromaSettings
@@ -107,12 +140,12 @@ def client_for(settings: VectorStoreSettings, index_dir: Path) -> Any:
         ) from None
 
     chroma = ChromaSettings(anonymized_telemetry=False)
-    if not settings.uri:
+    if not options.uri:
         raise ConfigError("vector_store.kind is 'server' but vector_store.uri is not set (e.g. http://host:8000).")
-    url = urlparse(settings.uri)
+    url = urlparse(options.uri)
     if url.scheme not in ("http", "https") or not url.hostname:
-        raise ConfigError(f"vector_store.uri {settings.uri!r} is not an http(s) URL of a Chroma server.")
-    headers = {"Authorization": f"Bearer {settings.token.get_secret_value()}"} if settings.token else None
+        raise ConfigError(f"vector_store.uri {options.uri!r} is not an http(s) URL of a Chroma server.")
+    headers = {"Authorization": f"Bearer {options.token.get_secret_value()}"} if options.token else None
     try:
         return chromadb.HttpClient(
             host=url.hostname,
@@ -121,5 +154,5 @@ def client_for(settings: VectorStoreSettings, index_dir: Path) -> Any:
             headers=headers,
             settings=chroma,
         )
-    except Exception as exc:  # noqa: BLE001 - the client raises bare ValueError/ConnectError
-        raise IndexNotFoundError(f"Cannot reach the Chroma server at {settings.uri}: {exc}") from None
+    except chroma_errors() as exc:
+        raise IndexNotFoundError(f"Cannot reach the Chroma server at {options.uri}: {exc}") from None

@@ -11,10 +11,10 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
-from crag.config import IngestSettings
 from crag.errors import IngestError
 
 MB = 1024 * 1024
@@ -26,6 +26,31 @@ _SPECIAL = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"), (stat.S
             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
 
 
+@dataclass(frozen=True)
+class ReadLimits:
+    """Which links in a folder are followed, and the bounds on reading one file (`crag.toml`'s
+    `[ingest]` gives these; its defaults are the same). A file past one is skipped with its reason.
+
+    Args:
+        symlinks: links met inside a folder: "skip", or "inside" (follow those whose target
+            lies inside that folder).
+        max_file_mb: the largest file read, as it lies on disk.
+        max_unpacked_mb: bytes unpacked from one .docx, .epub or .pptx, its members together.
+        max_text_mb: text taken from one file, in millions of characters.
+        max_seconds: time one file's reader may take (each OCR page gets as much).
+        max_memory_mb: memory one file's reader may take beyond what its process starts with.
+        max_ocr_pages: scanned pages read by OCR in one file.
+    """
+
+    symlinks: Literal["skip", "inside"] = "skip"
+    max_file_mb: float = 256.0
+    max_unpacked_mb: float = 200.0
+    max_text_mb: float = 32.0
+    max_seconds: float = 120.0
+    max_memory_mb: float = 512.0
+    max_ocr_pages: int = 500
+
+
 def special_kind(mode: int) -> str | None:
     """What a file that is not a regular one is ("a named pipe", "a device"...); None for a
     regular file."""
@@ -34,7 +59,7 @@ def special_kind(mode: int) -> str | None:
     return next((kind for test, kind in _SPECIAL if test(mode)), "not a regular file")
 
 
-def refusal(path: Path, status: os.stat_result, limits: IngestSettings) -> str | None:
+def refusal(path: Path, status: os.stat_result, limits: ReadLimits) -> str | None:
     """Why `path` must not be read, from its `stat` alone; None when it may be."""
     kind = special_kind(status.st_mode)
     if kind is not None:
@@ -50,7 +75,7 @@ def refusal(path: Path, status: os.stat_result, limits: IngestSettings) -> str |
     return None
 
 
-def open_checked(path: Path, limits: IngestSettings) -> BinaryIO:
+def open_checked(path: Path, limits: ReadLimits) -> BinaryIO:
     """`path` opened for reading, or an `IngestError` saying why it may not be read."""
     try:
         # Non-blocking: a pipe put where the walk saw a file must not hold the open itself.
@@ -68,14 +93,14 @@ def open_checked(path: Path, limits: IngestSettings) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def file_digest(path: Path, limits: IngestSettings) -> str:
+def file_digest(path: Path, limits: ReadLimits) -> str:
     """The SHA-256 of the file's bytes, read a piece at a time."""
     digest = hashlib.sha256()
     _each_piece(path, limits, digest.update)
     return digest.hexdigest()
 
 
-def read_checked(path: Path, limits: IngestSettings) -> tuple[bytes, str]:
+def read_checked(path: Path, limits: ReadLimits) -> tuple[bytes, str]:
     """The file's bytes and their SHA-256; a file that grows past the limit as it is read is
     refused all the same."""
     pieces: list[bytes] = []
@@ -89,7 +114,7 @@ def read_checked(path: Path, limits: IngestSettings) -> tuple[bytes, str]:
     return b"".join(pieces), digest.hexdigest()
 
 
-def _each_piece(path: Path, limits: IngestSettings, use: Callable[[bytes], object]) -> None:
+def _each_piece(path: Path, limits: ReadLimits, use: Callable[[bytes], object]) -> None:
     seen = 0
     with open_checked(path, limits) as file:
         try:

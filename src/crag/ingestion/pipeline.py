@@ -10,8 +10,8 @@ import numpy as np
 from llama_index.core.node_parser import NodeParser, SentenceSplitter
 from llama_index.core.schema import Document
 
-from crag.config import IndexSettings, IngestSettings, VectorStoreSettings
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
+from crag.index import VectorStoreOptions
 from crag.index.store import (
     POINTER,
     ChunkIndex,
@@ -21,7 +21,7 @@ from crag.index.store import (
     writer_lock,
 )
 from crag.ingestion.custom import Reader, UserReader, load_readers
-from crag.ingestion.files import file_digest
+from crag.ingestion.files import ReadLimits, file_digest
 from crag.ingestion.formats import LOCATION_KEYS
 from crag.ingestion.given import fingerprint, manifest_key, prepare, shown_id
 from crag.ingestion.readers import KINDS, gather_files
@@ -61,7 +61,7 @@ class IngestReport:
 HIDDEN_KEYS = ("file", "doc_id", *(k for k in LOCATION_KEYS if k != "section"), "cell_type", "ocr")
 
 
-DEFAULT_INDEX = IndexSettings().path  # where `crag ingest` writes without a crag.toml
+DEFAULT_INDEX = Path(".crag/index")  # where `crag ingest` writes without a crag.toml
 
 
 ProgressCallback = Callable[[str, int, int], None]
@@ -85,8 +85,8 @@ def ingest(
     node_parser: NodeParser | None = None,
     chunker: str | None = None,
     summarize: Summarizer | None = None,
-    vector_store: VectorStoreSettings | None = None,
-    limits: IngestSettings | None = None,
+    vector_store: VectorStoreOptions | None = None,
+    limits: ReadLimits | None = None,
 ) -> IngestReport:
     """Add files, and llama-index `documents`, to the index at `index_dir`, re-reading only
     files that changed.
@@ -100,8 +100,9 @@ def ingest(
     `node_parser` cuts documents into chunks (default: a `SentenceSplitter` of
     `chunk_size` tokens) and `chunker` names it; when the name differs from the one
     the index was built with, every file is chunked again. `summarize`, when given,
-    writes a summary of each new document into the index. `vector_store` says where the
-    vectors are searched (default: exactly, over the index's own embeddings).
+    writes a summary of each new document into the index. `vector_store`
+    (`crag.index.VectorStoreOptions`) says where the vectors are searched (default: exactly,
+    over the index's own embeddings).
 
     One ingest at a time writes an index folder: a second one fails at once (`IngestError`).
     An index written by an earlier crag (format 1) is upgraded, even when no file changed.
@@ -115,7 +116,8 @@ def ingest(
     which take a file's Path and give Documents or text; a target that cannot be imported
     is a `ConfigError` before anything is read.
 
-    `limits` (the `[ingest]` settings) say which links in a folder are followed and bound
+    `limits` (`crag.ingestion.files.ReadLimits`; `crag ingest` passes the `[ingest]` settings'
+    values) say which links in a folder are followed and bound
     each file's read: its size, what it unpacks to, its text, its time and its memory (the
     built-in readers run in a child process, `crag.ingestion.worker`). A file past one is
     skipped with its reason.
@@ -128,7 +130,7 @@ def ingest(
             f"index.chunk_overlap ({chunk_overlap}) must be smaller than index.chunk_size ({chunk_size})."
         )
     extra = load_readers(readers or {})
-    limits = limits or IngestSettings()
+    limits = limits or ReadLimits()
     check_index_folder(index_dir)  # before the work, not after it
     created = not index_dir.exists()
     try:
@@ -156,7 +158,7 @@ def _ingest(
     node_parser: NodeParser | None,
     chunker: str | None,
     summarize: Summarizer | None,
-    vector_store: VectorStoreSettings | None,
+    vector_store: VectorStoreOptions | None,
 ) -> IngestReport:
     upgrade = False
     try:
@@ -269,7 +271,7 @@ def _ingest(
             raise IngestError(f"No text to index in {names}: the files are empty or only whitespace.")
     if not changed and not emptied:
         if upgrade:
-            index.store_settings = vector_store or VectorStoreSettings()
+            index.store_options = vector_store or VectorStoreOptions()
             index.save(index_dir)
         report.chunks_total = len(index)
         return report
@@ -304,7 +306,7 @@ def _ingest(
         manifest={k: v for k, v in {**index.manifest, **changed}.items() if k not in emptied},
         chunker=chunker,
         summaries=summaries,
-        store_settings=vector_store or VectorStoreSettings(),
+        store_options=vector_store or VectorStoreOptions(),
         vectors=index.vectors,  # the live store, which the new version starts from
     )
     if not merged.nodes:

@@ -12,10 +12,9 @@ from pathlib import Path
 
 from llama_index.core.schema import Document
 
-from crag.config import IngestSettings
 from crag.errors import IngestError
 from crag.ingestion.cleaning import clean
-from crag.ingestion.files import MB, read_checked, special_kind
+from crag.ingestion.files import MB, ReadLimits, read_checked, special_kind
 from crag.ingestion.formats import decode_text, doc_id
 from crag.ingestion.formats.archive import unpack_limit
 from crag.ingestion.formats.docx import read_docx
@@ -149,7 +148,7 @@ def read_documents(
     path: Path,
     data: bytes | None = None,
     readers: Mapping[str, Reader] | None = None,
-    limits: IngestSettings | None = None,
+    limits: ReadLimits | None = None,
     ocr_progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[Document]:
     """Documents in one file (its bytes `data` when already read): one per file, section, page,
@@ -158,7 +157,7 @@ def read_documents(
     adds to or replaces the built-in ones, by suffix. `limits` bound the file's size, what
     its archive unpacks to, the text taken from it and the pages read by OCR (default: the
     `[ingest]` defaults); `ocr_progress(done, total)` follows those pages."""
-    limits = limits or IngestSettings()
+    limits = limits or ReadLimits()
     reader = (readers or {}).get(path.suffix.lower()) or READERS.get(path.suffix.lower())
     if reader is None:
         raise IngestError(f"{path}: unsupported file type; crag reads {', '.join(SUPPORTED)}.")

@@ -2,7 +2,8 @@
 
 Every new document gets a summary: with a model, llama-index's own `DocumentSummaryIndex`
 recipe (its summary query through a tree-summarize response synthesizer), concurrently;
-offline, an extractive summary (the document's most central sentences).
+offline, an extractive summary (the document's most central sentences). Which one the settings
+ask for: `crag.ingestion.configured.summarizer_for`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ from llama_index.core.llms import LLM
 from llama_index.core.response_synthesizers import ResponseMode, get_response_synthesizer
 from llama_index.core.schema import Document, NodeWithScore
 
-from crag.config import Settings
 from crag.errors import IngestError, redact
-from crag.ingestion import ProgressCallback, Summarizer
-from crag.models import LLMFactory
+from crag.ingestion import ProgressCallback
 from crag.text import sentences, terms
 
 logger = logging.getLogger(__name__)
@@ -147,13 +146,6 @@ class LLMSummarizer:
             return document.doc_id, _titled(text, document.metadata.get("title"))
 
         return dict(await asyncio.gather(*(one(d) for d in documents)))
-
-
-def summarizer_for(settings: Settings, progress: ProgressCallback | None = None) -> Summarizer:
-    """The summarizer `crag ingest --summaries` uses: the model's when one is configured."""
-    if settings.llm.configured:
-        return LLMSummarizer(LLMFactory(settings.llm).llm, progress=progress)
-    return ExtractiveSummarizer()
 
 
 def _named(document: Document) -> str:

@@ -30,9 +30,8 @@ from types import TracebackType
 
 from llama_index.core.schema import Document
 
-from crag.config import IngestSettings
 from crag.errors import IngestError
-from crag.ingestion.files import MB, file_digest, read_checked
+from crag.ingestion.files import MB, ReadLimits, file_digest, read_checked
 from crag.ingestion.formats import short_reason
 from crag.ingestion.formats.ocr import OcrProgress
 from crag.ingestion.readers import Reader, read_documents
@@ -43,8 +42,8 @@ class FileReader:
     `IngestError` with the one-line reason it was left out. Use it in a `with` block, which
     stops the child at its end (and on Ctrl-C)."""
 
-    def __init__(self, limits: IngestSettings | None = None, readers: Mapping[str, Reader] | None = None) -> None:
-        self.limits = limits or IngestSettings()
+    def __init__(self, limits: ReadLimits | None = None, readers: Mapping[str, Reader] | None = None) -> None:
+        self.limits = limits or ReadLimits()
         self.readers = dict(readers or {})
         self._child: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
@@ -124,7 +123,7 @@ class FileReader:
         return ours
 
 
-def _serve(conn: Connection, parents: Connection, limits: IngestSettings, parent: int) -> None:
+def _serve(conn: Connection, parents: Connection, limits: ReadLimits, parent: int) -> None:
     """The child: read each path sent, answer ("ok", documents, sha256) or (kind, reason)."""
     parents.close()  # else a forked child holds the parent's end open, and never sees it go
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the ingest's to handle; it stops us

@@ -31,7 +31,7 @@ from llama_index.core.llms.llm import LLM
 from pydantic import Field
 
 from crag.budget import Budget, BudgetReached, DeadlineReached, current_budget
-from crag.cost import call_tokens, count_tokens
+from crag.cost import call_tokens, count_tokens, load_tokenizer
 from crag.cost import messages_text as _text
 from crag.trace import note_unfinished_call
 
@@ -112,6 +112,10 @@ class BudgetedLLM(LLM):
     max_tokens: int | None = Field(
         default=None, description="The reply-length limit of a chat call that sets none of its own."
     )
+
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        load_tokenizer()  # its calls count tokens on the event loop: loaded here, not there
 
     def _limited(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         if self.max_tokens is not None:

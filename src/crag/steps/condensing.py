@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from llama_index.core.llms import LLM
 
 from crag.events import Turn
+from crag.interfaces import QueryCondenser
 from crag.models.replies import ask
 from crag.prompts import CONDENSE_PROMPT
 from crag.steps.query_checks import check_generated, instructions_of
 from crag.steps.rewriting import KeywordRewriter, first_line
+from crag.trace import StepRecord, or_fallback
 
 # A pronoun standing for the conversation's subject; the possessive ones take "'s".
 # Not "this" or "that": "how long is that?" after a warranty question means the warranty.
@@ -131,3 +133,14 @@ class LLMCondenser:
             answers=[t.content for t in shown if t.role == "assistant"],
             instructions=instructions_of(CONDENSE_PROMPT.template), what="follow-up",
         )
+
+
+async def standalone(
+    condenser: QueryCondenser, query: str, history: Sequence[Turn], record: StepRecord
+) -> str:
+    """The follow-up `query` made standalone by `condenser`, or by the rules when it fails (the
+    step's `record` says so)."""
+    return await or_fallback(
+        record, "condenser", "used the rules",
+        lambda: condenser.condense(query, history), lambda: RuleCondenser().condense(query, history),
+    )

@@ -17,7 +17,6 @@ import asyncio
 import logging
 import re
 import threading
-from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -28,12 +27,11 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from crag import text
 from crag._offload import off_loop, warm_up
-from crag.config import Settings
 from crag.errors import ConfigError, ModelReplyError, redact
 from crag.index import ChunkIndex
 from crag.index.lexical import BM25
 from crag.ingestion.summaries import extractive_summary
-from crag.models import WordLlamaEmbedding
+from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.steps.retrieval import RRF_K
 from crag.trace import note_degraded
 
@@ -199,18 +197,23 @@ class SummaryRetriever:
 
 
 def summary_retriever_for(
-    settings: Settings, index: ChunkIndex, embed_model: WordLlamaEmbedding, llm: Callable[[], LLM]
+    index: ChunkIndex,
+    embed_model: WordLlamaEmbedding,
+    llms: LLMFactory,
+    *,
+    documents: int = 2,
+    choice: Literal["auto", "embedding", "llm"] = "auto",
+    candidates: int = 50,
 ) -> SummaryRetriever:
-    """The retriever for `[retriever] kind = "summary"`; `llm()` gives the model when it is chosen."""
-    retriever = settings.retriever
-    choice = retriever.summary_choice
+    """The retriever for `[retriever] kind = "summary"`: `choice` "auto" picks documents by
+    `llms`'s model when one is configured, else by embeddings; `candidates` is capped at 20."""
     if choice == "auto":
-        choice = "llm" if settings.llm.configured else "embedding"
+        choice = "llm" if llms.configured else "embedding"
     return SummaryRetriever(
         index,
         embed_model,
-        documents=retriever.summary_documents,
+        documents=documents,
         choice=choice,
-        llm=llm() if choice == "llm" else None,
-        candidates=min(retriever.candidates, 20),
+        llm=llms.llm if choice == "llm" else None,
+        candidates=min(candidates, 20),
     )

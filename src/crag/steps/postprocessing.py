@@ -4,17 +4,19 @@
     similarity_cutoff  SimilarityPostprocessor on the WordLlama cosine of query and chunk
     keywords           KeywordFilter: whole words, case-insensitive, on crag's analyzer
     sentence_window    MetadataReplacementPostProcessor(target_metadata_key="window")
-    rerank             crag.steps.reranking.reranker_for (keeps retriever.top_k)
+    rerank             crag.steps.reranking.reranker_for (keeps `top_n`: retriever.top_k)
     optimizer          SentenceEmbeddingOptimizer with WordLlama and crag's Punkt sentences
     reorder            LongContextReorder: the best chunks at both ends
 
-`postprocessors_for(settings, ...)` builds the stages `[postprocess] stages` lists, in
-order; `LlamaIndexPostprocessor` adapts any llama-index `BaseNodePostprocessor`.
+`postprocessors_for(options, ...)` builds the stages `options.stages` lists, in order (the
+wiring passes `[postprocess]`'s values); `LlamaIndexPostprocessor` adapts any llama-index
+`BaseNodePostprocessor`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field
@@ -30,7 +32,6 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from crag import text
 from crag._compat.llama_index import has_own_async_path
 from crag._offload import off_loop, warm_up
-from crag.config import Settings
 from crag.errors import ConfigError, CragError, StepError
 from crag.ingestion.chunkers.sentence_window import WINDOW_KEY, built_with_windows
 from crag.interfaces import Grader, Postprocessor
@@ -215,23 +216,59 @@ class SentenceOptimizer:
         return kept
 
 
+@dataclass(frozen=True)
+class PostprocessOptions:
+    """The stages and what they are built with (`crag.toml`'s `[postprocess]` gives these, with
+    `[grader] concurrency` as `rerank_concurrency`; the defaults are the same).
+
+    Args:
+        stages: the stages, in the order they run.
+        similarity_cutoff: the similarity_cutoff stage drops chunks below this cosine.
+        required_keywords, exclude_keywords: the keywords stage's words.
+        rerank: the reranker, "auto", "lexical" or "llm" (`crag.steps.reranking.reranker_for`).
+        rerank_depth: with a rerank stage, the retriever returns this many chunks.
+        rerank_batch_size, rerank_concurrency: chunks per rerank prompt; prompts in flight.
+        optimizer_percentile, optimizer_threshold: the optimizer keeps this top share of
+            sentences, or those at least this similar to the query.
+        context_before, context_after: sentences kept around each one the optimizer keeps.
+    """
+
+    stages: Sequence[str] = ()
+    similarity_cutoff: float = 0.0
+    required_keywords: Sequence[str] = ()
+    exclude_keywords: Sequence[str] = ()
+    rerank: str = "auto"
+    rerank_depth: int = 40
+    rerank_batch_size: int = 10
+    rerank_concurrency: int = 32
+    optimizer_percentile: float | None = 0.5
+    optimizer_threshold: float | None = None
+    context_before: int = 1
+    context_after: int = 1
+
+
 def postprocessors_for(
-    settings: Settings, *, embed_model: BaseEmbedding, llms: LLMFactory, evaluator: Grader
+    options: PostprocessOptions,
+    *,
+    top_n: int,
+    embed_model: BaseEmbedding,
+    llms: LLMFactory,
+    evaluator: Grader,
 ) -> list[Postprocessor]:
-    """The stages `settings.postprocess.stages` names, built in the order listed."""
-    post = settings.postprocess
+    """The stages `options.stages` names, built in the order listed; a rerank keeps `top_n`."""
     stages: list[Postprocessor] = []
-    for stage in post.stages:
+    for stage in options.stages:
         if stage == "similarity_cutoff":
-            stages.append(EmbeddingSimilarityCutoff(embed_model, post.similarity_cutoff))
+            stages.append(EmbeddingSimilarityCutoff(embed_model, options.similarity_cutoff))
         elif stage == "keywords":
-            if not (post.required_keywords or post.exclude_keywords):
+            if not (options.required_keywords or options.exclude_keywords):
                 raise ConfigError(
                     "The keywords stage needs postprocess.required_keywords or exclude_keywords "
                     "(--require / --exclude)."
                 )
             keywords = KeywordFilter(
-                required_keywords=post.required_keywords, exclude_keywords=post.exclude_keywords
+                required_keywords=list(options.required_keywords),
+                exclude_keywords=list(options.exclude_keywords),
             )
             stages.append(LlamaIndexPostprocessor(keywords, name=stage))
         elif stage == "sentence_window":
@@ -240,19 +277,24 @@ def postprocessors_for(
         elif stage == "rerank":
             from crag.steps.reranking import reranker_for
 
-            top_n = settings.retriever.top_k
             reranker = reranker_for(
-                settings, llms=llms, evaluator=evaluator, embed_model=embed_model, top_n=top_n
+                options.rerank,
+                llms=llms,
+                evaluator=evaluator,
+                embed_model=embed_model,
+                top_n=top_n,
+                batch_size=options.rerank_batch_size,
+                concurrency=options.rerank_concurrency,
             )
             stages.append(reranker)
         elif stage == "optimizer":
             stages.append(
                 SentenceOptimizer(
                     embed_model,
-                    percentile=post.optimizer_percentile,
-                    threshold=post.optimizer_threshold,
-                    context_before=post.context_before,
-                    context_after=post.context_after,
+                    percentile=options.optimizer_percentile,
+                    threshold=options.optimizer_threshold,
+                    context_before=options.context_before,
+                    context_after=options.context_after,
                 )
             )
         elif stage == "reorder":
@@ -262,15 +304,14 @@ def postprocessors_for(
     return stages
 
 
-def retrieval_depth(settings: Settings) -> int:
-    """Chunks the retriever returns: `rerank_depth` before a rerank stage keeps top_k."""
-    post = settings.postprocess
-    return post.rerank_depth if "rerank" in post.stages else settings.retriever.top_k
+def retrieval_depth(options: PostprocessOptions, top_k: int) -> int:
+    """Chunks the retriever returns: `rerank_depth` before a rerank stage keeps `top_k`."""
+    return options.rerank_depth if "rerank" in options.stages else top_k
 
 
-def check_index(settings: Settings, chunker: str) -> None:
+def check_index(stages: Sequence[str], chunker: str) -> None:
     """ConfigError when a stage needs an index built another way than `chunker` says."""
-    if "sentence_window" in settings.postprocess.stages and not built_with_windows(chunker):
+    if "sentence_window" in stages and not built_with_windows(chunker):
         raise ConfigError(
             f"The sentence_window stage needs an index of sentence windows, but this one was "
             f"chunked by {chunker or 'sentence'!r}; re-ingest with: "

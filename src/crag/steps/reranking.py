@@ -26,7 +26,6 @@ from llama_index.core.postprocessor.llm_rerank import LLMRerank
 from llama_index.core.schema import NodeWithScore
 
 from crag._offload import off_loop, warm_up
-from crag.config import Settings
 from crag.errors import ConfigError, GradeParseError, redact
 from crag.interfaces import Postprocessor
 from crag.models import LLMFactory, WordLlamaEmbedding
@@ -274,23 +273,22 @@ def _note_degraded(message: str) -> None:
 
 
 def reranker_for(
-    settings: Settings,
+    kind: str,
     llms: LLMFactory,
     evaluator: LexicalEvaluator,
     embed_model: WordLlamaEmbedding,
     top_n: int,
+    *,
+    batch_size: int = 10,
+    concurrency: int = 32,
 ) -> Postprocessor:
-    """The reranker `settings.postprocess.rerank` names: "llm", "lexical", or "auto" (llm with a model)."""
-    kind = settings.postprocess.rerank
+    """The reranker `kind` names: "llm", "lexical", or "auto" (llm when `llms` has a model).
+
+    `batch_size` and `concurrency` are the model's: chunks per prompt, prompts in flight.
+    """
     offline = LexicalReranker(evaluator, embed_model, top_n)
-    if kind == "lexical" or (kind == "auto" and not settings.llm.configured):
+    if kind == "lexical" or (kind == "auto" and not llms.configured):
         return offline
     if kind not in ("llm", "auto"):
         raise ConfigError(f"postprocess.rerank is {kind!r}; expected 'auto', 'lexical' or 'llm'.")
-    return LLMReranker(
-        llms.llm,
-        offline,
-        top_n,
-        batch_size=settings.postprocess.rerank_batch_size,
-        concurrency=settings.grader.concurrency,
-    )
+    return LLMReranker(llms.llm, offline, top_n, batch_size=batch_size, concurrency=concurrency)

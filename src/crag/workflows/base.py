@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, Field
 from workflows import Context, Workflow
@@ -33,13 +33,18 @@ from crag._offload import run_sync
 from crag.budget import Budget, current_budget, spending
 from crag.config import BudgetSettings
 from crag.cost import CostRecord, cost_of
-from crag.errors import CragError, QueryError, StepError, redact
+from crag.errors import CragError, QueryError, StepError
 from crag.events import CragResult, StepProgressEvent
 from crag.text import as_typed
-from crag.trace import RunTrace, StepRecord, attributing_calls_to, install_llm_call_counter
+from crag.trace import (
+    RunTrace,
+    StepRecord,
+    attributing_calls_to,
+    describe,
+    install_llm_call_counter,
+)
 
 MAX_QUERY_CHARS = 4000
-T = TypeVar("T")
 
 
 class RecordedState(BaseModel):
@@ -105,6 +110,14 @@ class RecordedWorkflow(CachedStepLookup, Workflow):
         """The run's cost record: calls, tokens and cache hits per step, money at the set prices,
         and the trace's notes (the budget's, when it changed what the run did)."""
         return cost_of(trace.steps, price_in=self.price_in, price_out=self.price_out, notes=trace.notes)
+
+    def result(self, trace: RunTrace, **fields: Any) -> CragResult:
+        """The run's result: `fields` (query, answer, verdict, grades, sources...) and what its
+        trace says of it: timings, steps, degraded notes and cost."""
+        return CragResult(
+            timings={r.name: round(r.seconds, 6) for r in trace.steps}, steps=trace.step_names(),
+            trace=trace, degraded=trace.degraded, cost=self.run_cost(trace), **fields,
+        )
 
     def ask(self, query: str) -> CragResult:
         """Run synchronously; works inside a running event loop too (e.g. a notebook cell)."""
@@ -225,20 +238,3 @@ def run_trace(state: RecordedState, query: str, verdict: str | None) -> RunTrace
     )
 
 
-async def or_fallback(
-    record: StepRecord, what: str, remedy: str,
-    attempt: Callable[[], Awaitable[T]], fallback: Callable[[], Awaitable[T]],
-) -> T:
-    """`attempt()`, or, when it fails in any way, `fallback()` (an offline component), with the
-    step's record saying "`what` failed (why); `remedy`". One place for the workflow's rule: a
-    component's failure costs quality, never the run."""
-    try:
-        return await attempt()
-    except Exception as exc:  # noqa: BLE001 - any failure of the component has the same remedy
-        record.degrade(f"{what} failed ({describe(exc)}); {remedy}")
-        return await fallback()
-
-
-def describe(exc: BaseException) -> str:
-    """One line for the trace and `degraded`, without API keys (an error body may echo one)."""
-    return redact(f"{type(exc).__name__}: {exc}")[:300]

@@ -10,11 +10,12 @@ from crag.errors import ConfigError
 from crag.index import ChunkIndex
 from crag.index.grade_cache import FILE_NAME as GRADE_CACHE_FILE
 from crag.index.grade_cache import AsyncGradeCache, GradeCache
+from crag.ingestion.configured import llm_options, vector_store_options
 from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, WebSearch
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.prompts import BATCH_GRADE_PROMPT, GRADE_PROMPT
-from crag.steps.condensing import LLMCondenser, RuleCondenser
 from crag.steps.bridging import LexicalBridgeFinder
+from crag.steps.condensing import LLMCondenser, RuleCondenser
 from crag.steps.decomposition import LLMDecomposer, RuleDecomposer
 from crag.steps.grading import (
     BatchLLMGrader,
@@ -24,7 +25,12 @@ from crag.steps.grading import (
     LLMGrader,
     prompt_version,
 )
-from crag.steps.postprocessing import check_index, postprocessors_for, retrieval_depth
+from crag.steps.postprocessing import (
+    PostprocessOptions,
+    check_index,
+    postprocessors_for,
+    retrieval_depth,
+)
 from crag.steps.refining import StripRefiner
 from crag.steps.retrieval import HybridRetriever
 from crag.steps.rewriting import KeywordRewriter, LLMRewriter
@@ -64,9 +70,9 @@ def build_workflow(
         wf = build_workflow(Settings.load(), grader=MyGrader())
     """
     settings = settings or Settings.load()
-    index = index if index is not None else ChunkIndex.load(settings.index.path, settings.vector_store)
+    index = index if index is not None else ChunkIndex.load(settings.index.path, vector_store_options(settings))
     embed_model = WordLlamaEmbedding()
-    llms = LLMFactory(settings.llm)  # every call charged to its run's budget, and ended by its deadline
+    llms = LLMFactory(llm_options(settings))  # every call charged to its run's budget, and ended by its deadline
     use_llm = settings.llm.configured
     evaluator = LexicalEvaluator(index.term_stats)
 
@@ -93,7 +99,7 @@ def build_workflow(
         else HybridRetriever(
             index,
             embed_model,
-            top_k=retrieval_depth(settings),
+            top_k=retrieval_depth(postprocess_options(settings), settings.retriever.top_k),
             mode=settings.retriever.kind,
             candidates=settings.retriever.candidates,
         ),
@@ -193,7 +199,15 @@ def _summary_retriever(
         return None
     from crag.steps.document_summaries import summary_retriever_for
 
-    return summary_retriever_for(settings, index, embed_model, lambda: llms.llm)
+    retriever = settings.retriever
+    return summary_retriever_for(
+        index,
+        embed_model,
+        llms,
+        documents=retriever.summary_documents,
+        choice=retriever.summary_choice,
+        candidates=retriever.candidates,
+    )
 
 
 def _postprocessors(
@@ -207,9 +221,31 @@ def _postprocessors(
     """The `[postprocess] stages` (None when the caller passes its own postprocessors)."""
     if components.get("postprocessors") is not None:
         return None
+    options = postprocess_options(settings)
     if components.get("retriever") is None:  # another retriever may bring its own windows
-        check_index(settings, index.chunker)
-    return postprocessors_for(settings, embed_model=embed_model, llms=llms, evaluator=evaluator)
+        check_index(options.stages, index.chunker)
+    return postprocessors_for(
+        options, top_n=settings.retriever.top_k, embed_model=embed_model, llms=llms, evaluator=evaluator
+    )
+
+
+def postprocess_options(settings: Settings) -> PostprocessOptions:
+    """`[postprocess]`, with the model's concurrency for a rerank stage, as the stages' options."""
+    post = settings.postprocess
+    return PostprocessOptions(
+        stages=tuple(post.stages),
+        similarity_cutoff=post.similarity_cutoff,
+        required_keywords=tuple(post.required_keywords),
+        exclude_keywords=tuple(post.exclude_keywords),
+        rerank=post.rerank,
+        rerank_depth=post.rerank_depth,
+        rerank_batch_size=post.rerank_batch_size,
+        rerank_concurrency=settings.grader.concurrency,
+        optimizer_percentile=post.optimizer_percentile,
+        optimizer_threshold=post.optimizer_threshold,
+        context_before=post.context_before,
+        context_after=post.context_after,
+    )
 
 
 def _web_search(settings: Settings) -> WebSearch:

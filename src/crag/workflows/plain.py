@@ -18,9 +18,9 @@ from llama_index.core.schema import NodeWithScore
 from workflows import Context, step
 from workflows.events import StopEvent
 
-from crag.events import CandidatesEvent, CragResult, QueryStartEvent, RetrievedEvent, Strip, Verdict
+from crag.events import CandidatesEvent, QueryStartEvent, RetrievedEvent, Strip, Verdict
 from crag.interfaces import Postprocessor, Refiner, Retriever, Synthesizer
-from crag.steps.postprocessing import apply_postprocessors
+from crag.steps.graded_retrieval import GradedRetrieval
 from crag.trace import Location
 from crag.workflows.answering import write_answer
 from crag.workflows.base import RecordedState, RecordedWorkflow, check_query, recording, run_trace
@@ -47,7 +47,8 @@ class PlainRAGWorkflow(RecordedWorkflow):
         synthesizer: writes the answer.
         reader: cuts chunks into scored strips for the synthesizer; None passes whole chunks.
         postprocessors: stages run in order on the retrieved chunks, as in the corrective
-            workflow; none passes them through.
+            workflow; none passes them through. Both are the corrective workflow's
+            `GradedRetrieval`, never asked to grade.
         **kwargs: passed to `Workflow` (e.g. `timeout`, 300 s unless given).
     """
 
@@ -61,10 +62,9 @@ class PlainRAGWorkflow(RecordedWorkflow):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.retriever = retriever
+        self.retrieval = GradedRetrieval(retriever, postprocessors=postprocessors)
         self.synthesizer = synthesizer
         self.reader = reader
-        self.postprocessors = list(postprocessors)
 
     @step
     async def retrieve(self, ctx: Context[PlainRunState], ev: QueryStartEvent) -> CandidatesEvent:
@@ -72,14 +72,14 @@ class PlainRAGWorkflow(RecordedWorkflow):
         query = check_query(ev.query)
         await ctx.store.set("started", perf_counter())
         async with recording(ctx, "retrieve", ev) as record:
-            chunks = await self.retriever.retrieve(query)
+            chunks = await self.retrieval.retrieve(query)
             return record.emit(CandidatesEvent(query=query, chunks=chunks))
 
     @step
     async def postprocess(self, ctx: Context[PlainRunState], ev: CandidatesEvent) -> RetrievedEvent:
         """Run the postprocessing stages on the candidates, in order (none: pass them on)."""
         async with recording(ctx, "postprocess", ev) as record:
-            chunks = await apply_postprocessors(self.postprocessors, ev.query, ev.chunks)
+            chunks = await self.retrieval.postprocess(ev.query, ev.chunks)
             return record.emit(RetrievedEvent(query=ev.query, chunks=chunks))
 
     @step
@@ -93,20 +93,9 @@ class PlainRAGWorkflow(RecordedWorkflow):
             answer, sources = await write_answer(ctx, record, self.synthesizer, ev.query, strips)
             record.output_events.append(StopEvent.__name__)
         trace = run_trace(await ctx.store.get_state(), ev.query, verdict=None)
-        return StopEvent(
-            result=CragResult(
-                query=ev.query,
-                answer=answer,
-                verdict=Verdict.CORRECT,
-                grades=[],
-                sources=sources,
-                timings={r.name: round(r.seconds, 6) for r in trace.steps},
-                steps=trace.step_names(),
-                trace=trace,
-                degraded=trace.degraded,
-                cost=self.run_cost(trace),
-            )
-        )
+        return StopEvent(result=self.result(
+            trace, query=ev.query, answer=answer, verdict=Verdict.CORRECT, grades=[], sources=sources,
+        ))
 
 
 def _whole_chunk(chunk: NodeWithScore) -> Strip:

@@ -2,20 +2,25 @@
 `WorkflowServer` mounted inside it for what it does well (the run store, the event stream,
 the run records); every run, from any door, starts through one `RunService` (crag.app.runs):
 
-    POST /workflows/crag/run[-nowait]  start a run (run_routes.py), the server's request shape
+    POST /workflows/crag/run[-nowait]  start a run (routes/runs.py), the server's request shape
     GET  /events/{handler_id}          its events; GET /handlers/{handler_id} its record (the server's)
     GET  /health                       open to all: the served index's size, the store, whether keys are on
-    GET  /handlers/{handler_id}/trace  a finished run's path on the graph, one offline HTML page
-    GET  /handlers?limit=N&before=ID   the runs newest first, a page at a time
-    POST /v1/chat/completions          the OpenAI-compatible door (openai_api.py), model "crag";
-    POST /v1/completions               the legacy door asks its prompt as a chat (openai_legacy.py)
+    GET  /handlers/{handler_id}/trace  a finished run's path on the graph, one offline HTML page (routes/pages.py)
+    GET  /handlers?limit=N&before=ID   the runs newest first, a page at a time (store/listing.py)
+    GET  /files/{file_id}              a document the index lists, for a citation to open (routes/files.py)
+    POST /v1/chat/completions          the OpenAI-compatible door (openai/api.py), model "crag";
+    POST /v1/completions               the legacy door asks its prompt as a chat (openai/legacy.py)
     GET  /v1/models[/crag]
-    /mcp                               the MCP door (mcp_route.py), streamable HTTP, with crag-workflows[mcp]
+    /mcp                               the MCP door (routes/mcp.py), streamable HTTP, with crag-workflows[mcp]
 
-    guard.py       Host/Origin, body size, no outside events (middleware); auth.py the API key
-    admission.py   at most max_runs in flight; upkeep.py health probes, pruning, orphans
-    stores.py      SQLite beside the index by default, PostgreSQL from a URL
-    reload.py      a new index version, served without a restart
+This module only assembles the app; the work is in four rooms, one job each:
+
+    routes/   crag's own routes: runs, pages (health, live page, trace, explanation), files, /mcp
+    openai/   the OpenAI door: its routes, requests, errors and the legacy completions
+    store/    the run store: SQLite beside the index by default, PostgreSQL from a URL; /handlers
+    ops/      operations: the request guard and the API key (middleware), admission (at most
+              max_runs in flight), upkeep (health probes, pruning, orphans), index reloads
+              without a restart, and the model key checked at startup (preflight.py)
 """
 
 from __future__ import annotations
@@ -37,18 +42,19 @@ from workflows.plugins.basic import BasicRuntime
 
 from crag import text
 from crag._offload import settle_heap
+from crag.app.grade_cache import grade_cache_for
 from crag.app.mcp_engine import Engine
 from crag.app.runs import WORKFLOW_NAME, RunService
-from crag.app.server.admission import Admission
-from crag.app.server.auth import ApiKeyMiddleware
-from crag.app.server.guard import RequestGuard, check_bind
-from crag.app.server.mcp_route import mcp_available, mcp_routes
-from crag.app.server.openai_api import openai_routes
-from crag.app.server.reload import IndexReloader
-from crag.app.server.routes import crag_routes
-from crag.app.server.run_routes import run_routes
-from crag.app.server.stores import StoreChoice, grade_cache_for, store_for
-from crag.app.server.upkeep import PROBE_REUSE, CancelReport, LiveRuns, Upkeep
+from crag.app.server.openai.api import openai_routes
+from crag.app.server.ops.admission import Admission
+from crag.app.server.ops.auth import ApiKeyMiddleware
+from crag.app.server.ops.guard import RequestGuard, check_bind
+from crag.app.server.ops.reload import IndexReloader
+from crag.app.server.ops.upkeep import PROBE_REUSE, CancelReport, LiveRuns, Upkeep
+from crag.app.server.routes.mcp import mcp_available, mcp_routes
+from crag.app.server.routes.pages import crag_routes
+from crag.app.server.routes.runs import run_routes
+from crag.app.server.store import StoreChoice, store_for
 from crag.config import Settings
 from crag.errors import register_secret
 from crag.index import ChunkIndex
@@ -96,10 +102,10 @@ def build_server(
     # The engine's basic runtime, not the server's default stack: that one serialises every
     # tick of a run twice (to persist it, then for a no-op hook) so that a run can resume
     # mid-way after a restart, which a crag run cannot (its state stays in memory; see
-    # stores.py), and watches for idle runs, which a crag run never is: a large share of the
+    # store/), and watches for idle runs, which a crag run never is: a large share of the
     # server's CPU per question (benchmarks/throughput.py). The SQLite store marks runs a restart
     # cut off as failed when it starts (SqliteRunStore.start); on shared PostgreSQL the heartbeat
-    # sweep does (upkeep.py). Its own middleware is none: crag's app, around it, has crag's.
+    # sweep does (ops/upkeep.py). Its own middleware is none: crag's app, around it, has crag's.
     server = WorkflowServer(workflow_store=store.store, middleware=[Middleware(_Plain)], runtime=BasicRuntime())
     runs = RunService(
         server, store.store, workflow, index,
@@ -176,7 +182,7 @@ def tune_collector() -> None:
 
 def serve(settings: Settings) -> None:
     """Serve until interrupted, on `[server] host` and `port`."""
-    from crag.app.server.preflight import check_model_key
+    from crag.app.server.ops.preflight import check_model_key
 
     check_model_key(settings.llm)  # a refused key stops here, not in every run
     crag_server = build_server(settings)

@@ -9,6 +9,8 @@ that cannot be read raises `IngestError` with one line naming the file and the r
 from __future__ import annotations
 
 import codecs
+import struct
+import zlib
 from pathlib import Path
 
 from crag.errors import IngestError
@@ -29,6 +31,18 @@ def doc_id(path: Path, number: int) -> str:
 def short_reason(exc: BaseException) -> str:
     """A parser's error in a few words, for a one-line message: its first line, else its type."""
     return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+
+
+def pdf_damage() -> tuple[type[Exception], ...]:
+    """What pypdf raises on a damaged file: its own errors, and the built-in ones its parser
+    lets through on bad input (a missing key, an object of the wrong type, a short, cyclic or
+    endless structure, a stream that does not inflate). Anything else is a bug of crag's, not
+    damage, and is not reported as damage. pypdf is imported on the first call, as it is read."""
+    from pypdf.errors import DependencyError, PyPdfError
+
+    return (PyPdfError, DependencyError, LookupError, TypeError, ValueError, AttributeError,
+            AssertionError, RecursionError, ArithmeticError, EOFError, OSError, NotImplementedError,
+            struct.error, zlib.error)
 
 
 def require_bytes(path: Path, data: bytes, kind: str) -> None:

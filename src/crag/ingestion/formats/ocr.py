@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
-from crag.ingestion.formats import doc_id, require_bytes, short_reason
+from crag.ingestion.formats import doc_id, pdf_damage, require_bytes, short_reason
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -181,7 +181,7 @@ def _report(limits: OcrLimits, done: int, total: int) -> None:
 def _has_images(page: object) -> bool:
     try:
         return len(page.images) > 0  # type: ignore[attr-defined] - names them, decodes none
-    except Exception:  # noqa: BLE001 - a damaged resource dictionary: nothing to read on it
+    except pdf_damage():  # a damaged resource dictionary: nothing to read on it
         return False
 
 
@@ -192,19 +192,23 @@ def _page_images(page: object, undecoded: list[str]) -> Iterator[Image.Image]:
     try:
         images = page.images  # type: ignore[attr-defined]
         count = len(images)
-    except Exception as exc:  # noqa: BLE001 - a damaged resource dictionary leaves the page unread
+    except pdf_damage() as exc:  # a damaged resource dictionary leaves the page unread
         undecoded.append(short_reason(exc))
         return
     for number in range(count):  # pypdf decodes each image as it is taken
         try:
             image = images[number].image
-        except MemoryError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - pypdf and Pillow raise many kinds on an odd image
+        except (*pdf_damage(), SyntaxError, _pillow_bomb()) as exc:  # pypdf's, and Pillow's on an odd image
             undecoded.append(short_reason(exc))
             continue
         if image is not None and min(image.size) >= MIN_SIDE:
             yield _prepared(image)
+
+
+def _pillow_bomb() -> type[Exception]:
+    from PIL import Image
+
+    return Image.DecompressionBombError
 
 
 def _prepared(image: Image.Image) -> Image.Image:

@@ -19,7 +19,7 @@ from pathlib import Path
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
-from crag.ingestion.formats import doc_id, require_bytes, short_reason
+from crag.ingestion.formats import doc_id, pdf_damage, require_bytes, short_reason
 from crag.ingestion.formats.ocr import no_text_hint, scanned_pages
 from crag.ingestion.formats.pdf_fonts import mend_ligatures
 from crag.ingestion.formats.pdf_tables import PageRuns, PageTables
@@ -93,7 +93,7 @@ def _extract(
     except FileNotDecryptedError:
         raise IngestError(f"{path} is encrypted (it needs a password); save a copy "
                           "without one (e.g. `qpdf --decrypt`) or leave it out.") from None
-    except Exception as exc:  # noqa: BLE001 - pypdf raises many kinds on a damaged file
+    except pdf_damage() as exc:
         reason = short_reason(exc)
         raise IngestError(f"{path} is not a readable PDF (damaged or truncated: {reason}); "
                           "download or export it again.") from None
@@ -119,7 +119,7 @@ def _sections(reader: object, count: int) -> list[str | None]:
 
     try:
         walk(list(reader.outline), [])  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - a broken outline leaves the pages without sections
+    except pdf_damage():  # a broken outline leaves the pages without sections
         return [None] * count
     starts.sort(key=lambda start: start[0])  # stable: the outline's order within a page
     sections: list[str | None] = []
@@ -163,7 +163,7 @@ def _labels(reader: object, count: int) -> list[str]:
         if "/PageLabels" not in reader.trailer["/Root"]:  # type: ignore[attr-defined]
             return numbers
         labels = [str(label) for label in reader.page_labels]  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - a broken label tree still leaves the page numbers
+    except pdf_damage():  # a broken label tree still leaves the page numbers
         return numbers
     return labels if len(labels) == count and all(labels) else numbers
 
@@ -171,7 +171,7 @@ def _labels(reader: object, count: int) -> list[str]:
 def _title(reader: object) -> str:
     try:
         title = (reader.metadata or {}).get("/Title")  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - an unreadable info dictionary is not worth a skip
+    except pdf_damage():  # an unreadable info dictionary is not worth a skip
         return ""
     # Word's PDF export writes the source file's name ("Microsoft Word - x.docx"): no title.
     if not isinstance(title, str) or re.search(r"\.\w{2,4}$|^Microsoft ", title.strip()):

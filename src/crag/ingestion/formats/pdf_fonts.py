@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from crag.ingestion.formats import pdf_damage
+
 _NAMED = {"/fi": "fi", "/fl": "fl", "/ff": "ff", "/ffi": "ffi", "/ffl": "ffl"}
 _SIMPLE = ("/Type1", "/MMType1", "/TrueType")
 
@@ -41,7 +43,7 @@ def mend_ligatures(reader: Any) -> int:
             if not ligatures:
                 continue
             original = font["/ToUnicode"].get_object().get_data()
-        except Exception:  # noqa: BLE001 - a damaged font is read as pypdf reads it
+        except pdf_damage():  # a damaged font is read as pypdf reads it
             continue
         # A later `bfchar` entry replaces an earlier one for the same code, in pypdf as in the
         # CMap format: the additions go last, before `endcmap` where there is one.
@@ -84,7 +86,7 @@ def _fonts(reader: Any) -> Iterator[Any]:
     seen: set[int] = set()
     try:
         stack = [page.get("/Resources") for page in reader.pages]
-    except Exception:  # noqa: BLE001 - a damaged page tree: reading the pages says so, not this
+    except pdf_damage():  # a damaged page tree: reading the pages says so, not this
         return
     while stack:
         try:
@@ -96,7 +98,7 @@ def _fonts(reader: Any) -> Iterator[Any]:
             found = _entries(resources, "/Font")
             inner = [x["/Resources"] for x in _entries(resources, "/XObject")
                      if hasattr(x, "get") and x.get("/Subtype") == "/Form" and "/Resources" in x]
-        except Exception:  # noqa: BLE001 - a damaged resource dictionary: its fonts stay as read
+        except pdf_damage():  # a damaged resource dictionary: its fonts stay as read
             continue
         for font in found:
             if hasattr(font, "get") and id(font) not in seen:

@@ -33,7 +33,8 @@ def read_slides(path: Path, data: bytes) -> Iterator[Document]:
     try:
         deck = pptx.Presentation(io.BytesIO(data))
         slides = [_slide(slide) for slide in deck.slides]
-    except Exception as exc:  # noqa: BLE001 - python-pptx raises many kinds on a damaged file
+    except (pptx.exc.PythonPptxError, zipfile.BadZipFile, zlib.error, SyntaxError, LookupError, TypeError,
+            ValueError, AttributeError, OSError, EOFError) as exc:  # a damaged deck: lxml's are SyntaxErrors
         reason = short_reason(exc)
         raise IngestError(f"{path} is not a readable PowerPoint file ({reason}); save it again "
                           "as .pptx.") from None

@@ -14,13 +14,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from crag.errors import CragError
 from crag.events import Turn
 
 MODEL_ID = "crag"
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
-class BadRequest(Exception):
+class BadRequest(CragError):
     """A request crag cannot answer: its status, message, and the field at fault."""
 
     def __init__(

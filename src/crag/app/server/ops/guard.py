@@ -23,7 +23,7 @@ from urllib.parse import unquote_plus
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crag.app.server.openai_errors import refusal as refuse
+from crag.app.server.openai.errors import refusal as refuse
 from crag.errors import ConfigError, redact
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})

@@ -27,14 +27,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from crag._compat.llama_agents import handler_data_from_persistent, postgres_pool
 from crag._bounded import given_up_after
-from crag.app.server.stores import (
-    HANDLERS_TABLE,
-    POSTGRES_TIMEOUT,
-    PostgresRunStore,
-    SqliteRunStore,
-)
+from crag._compat.llama_agents import handler_data_from_persistent, postgres_pool
+from crag.app.server.store.postgres import HANDLERS_TABLE, POSTGRES_TIMEOUT, PostgresRunStore
+from crag.app.server.store.sqlite import SqliteRunStore
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

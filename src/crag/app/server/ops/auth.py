@@ -7,8 +7,8 @@ import hmac
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from crag.app.server.guard import hide_query_secrets
-from crag.app.server.openai_errors import refusal
+from crag.app.server.openai.errors import refusal
+from crag.app.server.ops.guard import hide_query_secrets
 
 # Load balancers probe /health without a key; / is the live page, which asks for the key.
 OPEN_PATHS = frozenset({"/health", "/"})

@@ -1,26 +1,20 @@
-"""Where the server keeps its runs: llama-agents-server's SQLite or PostgreSQL workflow store.
+"""The run store on SQLite: one file (`server.db` beside the index by default), one
+connection for the store's life, on a thread of its own (writer.py).
 
-Handlers (status, result, error) and every streamed event go to the store, so a finished
-run's result and trace outlive the process, and several processes can share PostgreSQL.
-A run's working state between steps stays in the memory of the process running it: the
-state changes several times per step, and writing each change through the store would cost
-a serialization and a write on the event loop each time, while a run takes
-milliseconds to seconds and never waits for outside input, so there is nothing worth
-resuming mid-run. (`RunState` itself round-trips through JSON; this is about cost.)
+A run's working state between steps stays in memory (the room's docstring, `__init__.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
 from llama_agents.client.protocol.serializable_events import EventEnvelopeWithMetadata
-from llama_agents.server import AbstractWorkflowStore, HandlerQuery, PersistentHandler
+from llama_agents.server import HandlerQuery, PersistentHandler
 from workflows.events import (
     InternalDispatchEvent,
     StopEvent,
@@ -31,26 +25,15 @@ from workflows.events import (
 
 from crag._compat.llama_agents import (
     RESUME_FRESH_HANDLER_GRACE,
-    PostgresWorkflowStore,
-    RunStateInMemory,
     SqliteOnOneConnection,
     StoredEvent,
     StoredTick,
     is_terminal_status,
 )
-from crag._bounded import given_up_after
-from crag.app.server.unrecorded import UnrecordedEnds
-from crag.app.server.writer import StoreThread
-from crag.config import Settings
-from crag.errors import ConfigError, hide_password
-from crag.index.grade_cache_postgres import PostgresGradeCache
+from crag.app.server.store.unrecorded import UnrecordedEnds
+from crag.app.server.store.writer import StoreThread
 
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 INTERRUPTED = "the server stopped before the run finished; ask again"
-# How long a PostgreSQL read or write may take before its caller is told the store did not
-# answer (bounded.py): a frozen database must not hold a request, or a run, for ever.
-POSTGRES_TIMEOUT = 5.0
-HANDLERS_TABLE = "wf_handlers"  # named here, not left to the store's default: listing.py reads it
 INTERNAL_EVENT = InternalDispatchEvent.__name__
 T = TypeVar("T")
 TERMINAL_EVENTS = frozenset(
@@ -223,119 +206,3 @@ def _long_lived_connection(db_path: str) -> sqlite3.Connection:
     # or OS crash may lose the last commits (runs then read as never stored or unfinished).
     connection.execute("PRAGMA synchronous=NORMAL")
     return connection
-
-
-# PostgresWorkflowStore is exported only from a private module in 0.8 (asyncpg is an
-# optional extra there); pyproject.toml pins llama-agents-server below 0.9.
-class PostgresRunStore(RunStateInMemory, PostgresWorkflowStore):
-    """The server's PostgreSQL store (asyncpg, LISTEN/NOTIFY), run state in memory.
-
-    Each read and write is waited for at most `POSTGRES_TIMEOUT` seconds (bounded.py): a
-    stopped database fails at once, a frozen one would otherwise hold every request and run
-    that touches the store until it thawed. A run's end that could not be written is kept
-    (unrecorded.py) until the orphan sweep writes it.
-    """
-
-    def __init__(self, dsn: str) -> None:
-        super().__init__(dsn, handlers_table_name=HANDLERS_TABLE)
-        self.unrecorded = UnrecordedEnds("postgresql")
-        self._appending: dict[str, _RunAppends] = {}  # runs with an append in flight
-
-    def _bounded(self, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
-        return given_up_after(POSTGRES_TIMEOUT, work, "the postgresql run store")
-
-    async def query(self, query: HandlerQuery) -> list[PersistentHandler]:
-        return self.unrecorded.over(await self._bounded(super().query(query)))
-
-    async def update(self, handler: PersistentHandler) -> None:
-        handler = self.unrecorded.cleaned(handler)
-        try:
-            await self._bounded(super().update(handler))
-        except Exception as exc:
-            self.unrecorded.refused(handler, exc)
-            raise
-        self.unrecorded.recorded(handler)
-
-    async def delete(self, query: HandlerQuery) -> int:
-        return await self._bounded(super().delete(query))
-
-    async def append_event(self, run_id: str, event: EventEnvelopeWithMetadata) -> None:
-        """Store a run's event with the next sequence number, in the order appends were made.
-
-        The engine streams each event from a task of its own, and serializes only one step's
-        events: two steps' events reach here concurrently. The base class numbers an event by
-        MAX(sequence) + 1 in its INSERT and retries on a clash, so the loser of a clash was
-        stored after an event emitted later (a run's stream once began with `rewrite` before
-        `retrieve`). One lock per run, taken in call order (asyncio's locks are FIFO), keeps
-        the stored order the emitted order; the entry lives only while appends are pending.
-        """
-        appends = self._appending.setdefault(run_id, _RunAppends())
-        appends.pending += 1
-        try:
-            async with appends.lock:
-                await self._bounded(super().append_event(run_id, event))
-        finally:
-            appends.pending -= 1
-            if not appends.pending:
-                del self._appending[run_id]
-
-    async def query_events(self, run_id: str, after_sequence: int | None = None,
-                           limit: int | None = None) -> list[StoredEvent]:
-        return await self._bounded(super().query_events(run_id, after_sequence, limit))
-
-
-@dataclass
-class _RunAppends:
-    """One run's appends in flight: the lock that orders them, and how many hold or await it."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    pending: int = 0
-
-
-@dataclass(frozen=True)
-class StoreChoice:
-    """The store, and how to name it: its kind for /health, `where` for the startup line."""
-
-    store: AbstractWorkflowStore
-    kind: str  # "sqlite" or "postgresql"
-    where: str  # the file, or the database URL without its password
-
-
-def store_for(settings: Settings) -> StoreChoice:
-    """The store `[server] store` names: a postgresql:// URL, a SQLite file, or by default
-    `server.db` beside the index, so that a laptop needs no database server."""
-    target = settings.server.store or str(settings.index.path.parent / "server.db")
-    if target.startswith(POSTGRES_SCHEMES):
-        return StoreChoice(PostgresRunStore(target), "postgresql", hide_password(target))
-    if "://" in target:
-        raise ConfigError(
-            f"server.store {target.split('://')[0]}:// is not a store crag knows; "
-            "give a SQLite file path or a postgresql:// URL."
-        )
-    path = Path(target)
-    if path.is_dir():
-        raise ConfigError(
-            f"server.store {path} is a folder; give a SQLite file such as {path / 'server.db'}."
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return StoreChoice(SqliteRunStore(str(path)), "sqlite", str(path))
-
-
-def grade_cache_for(settings: Settings) -> PostgresGradeCache | None:
-    """On a postgresql:// store, the grade cache in the same database, shared by every server
-    that shares it; None otherwise (the workflow keeps grades in SQLite beside the index)."""
-    target = settings.server.store or ""
-    if not settings.cache.enabled or not target.startswith(POSTGRES_SCHEMES):
-        return None
-    return postgres_grade_cache(target, settings)
-
-
-def postgres_grade_cache(url: str, settings: Settings, *, timeout: float = 2.0) -> PostgresGradeCache:
-    """The grade cache in the PostgreSQL database at `url` (`crag cache --store URL` too)."""
-    if not url.startswith(POSTGRES_SCHEMES):
-        raise ConfigError(f"{url.split('://')[0]} is not a postgresql:// URL; the grade cache lives "
-                          "in PostgreSQL only with a postgresql:// store (else grades.sqlite beside the index).")
-    hide_password(url)  # its passwords registered: asyncpg's errors may quote the URL
-    return PostgresGradeCache(url, max_entries=settings.cache.max_entries, timeout=timeout)
-
-

@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Message
 
-from crag.app.server.openai_errors import openai_error
-from crag.app.server.openai_request import BadRequest, json_object, refuse_unsupported
+from crag.app.server.openai.errors import openai_error
+from crag.app.server.openai.request import BadRequest, json_object, refuse_unsupported
 
 Handler = Callable[[Request], Awaitable[Response]]
 

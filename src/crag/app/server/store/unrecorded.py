@@ -4,7 +4,7 @@ A run's last write (its status and result) can fail: the disk is full, PostgreSQ
 frozen. The server retries it a few times, then gives up; the run has ended, but its row
 still says `running`, and would until the store took a write again. So each store keeps
 the ends it could not record, and reads them over its rows: a client asking about such a
-run is told at once that it failed, and why; the orphan sweep (upkeep.py) writes that failure
+run is told at once that it failed, and why; the orphan sweep (ops/upkeep.py) writes that failure
 into the store as soon as the store takes writes again, and the note is dropped.
 """
 

@@ -11,24 +11,25 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from crag._bounded import store_errors
 from crag.app.render import trace_html
 from crag.app.render.explain import explanation_html, file_page_link
 from crag.app.render.live import live_html
-from crag.app.server.files import files_route
-from crag.app.server.listing import handlers_route
 from crag.app.runs import WORKFLOW_NAME
+from crag.app.server.routes.files import files_route
+from crag.app.server.store.listing import handlers_route
 from crag.events import CragResult
 from crag.index import ChunkIndex
 
 if TYPE_CHECKING:
     from crag.app.runs import RunService
-    from crag.app.server.upkeep import Upkeep
+    from crag.app.server.ops.upkeep import Upkeep
 
 def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep | None = None) -> list[Route]:
     """`GET /health`, `GET /` (the live page), `GET /handlers/{handler_id}/trace`,
     `GET /handlers/{handler_id}/explanation` (the why of a finished run, an HTML fragment) and
-    `GET /handlers` a page at a time (listing.py), and `GET /files/{file_id}`, a document the
-    index lists, for citations to open (files.py). Each reads what `runs` serves now."""
+    `GET /handlers` a page at a time (store/listing.py), and `GET /files/{file_id}`, a document the
+    index lists, for citations to open (files.py, beside this). Each reads what `runs` serves now."""
     live = live_html(runs.workflow)  # the same for every request (a reload keeps the graph): drawn once
     store = runs.store
 
@@ -47,7 +48,7 @@ def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep
             try:
                 await store.query(HandlerQuery(handler_id_in=["-health-probe-"]))
                 problems = []
-            except Exception as exc:  # noqa: BLE001 - any store failure makes this process unfit
+            except store_errors() as exc:  # any of them makes this process unfit
                 problems = [f"the {store_kind} store is unreachable: {type(exc).__name__}"]
         if problems:
             body.update(status="unhealthy", error="; ".join(problems))

@@ -1,7 +1,7 @@
 """The OpenAI-compatible door: any OpenAI client asks crag as the model "crag".
 
     POST /v1/chat/completions   whole, or streamed as `chat.completion.chunk` server-sent events
-    POST /v1/completions        the legacy door: the prompt as the one question (openai_legacy.py)
+    POST /v1/completions        the legacy door: the prompt as the one question (legacy.py)
     GET  /v1/models             lists the one model, "crag"
     GET  /v1/models/crag        the model itself (another id: OpenAI's 404 `model_not_found`)
 
@@ -15,8 +15,8 @@ the link to the run's trace. Each run starts through the server's `RunService` (
 so admission control, the store's check and the question check apply as to any run, and it
 is recorded with the others (`/handlers`, the live page); the API key is the app's.
 Every error under `/v1/`, an unknown path or method included, is in OpenAI's shape
-(openai_errors.py); what crag cannot give (tools, JSON output, several choices) is a 400 naming
-the parameter (openai_request.py).
+(errors.py); what crag cannot give (tools, JSON output, several choices) is a 400 naming
+the parameter (request.py).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from crag.app.runs import Run, RunRefused, RunService
-from crag.app.server.openai_errors import openai_error, unmatched
-from crag.app.server.openai_legacy import legacy_door
-from crag.app.server.openai_request import MODEL_ID, BadRequest, ChatRequest, parse
+from crag.app.server.openai.errors import openai_error, unmatched
+from crag.app.server.openai.legacy import legacy_door
+from crag.app.server.openai.request import MODEL_ID, BadRequest, ChatRequest, parse
 from crag.errors import redact
 from crag.events import AnswerDeltaEvent, CragResult
 

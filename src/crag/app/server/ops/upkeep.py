@@ -35,7 +35,7 @@ from llama_agents.server import AbstractWorkflowStore, HandlerQuery
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from crag._bounded import StoreTimeout, given_up_after
+from crag._bounded import StoreTimeout, given_up_after, store_errors
 from crag._logs import Outages
 
 ORPHANED = "the server running it stopped (or could not record its end) before the run finished; ask again"
@@ -88,7 +88,7 @@ class Upkeep:
             return f"the {self.kind} store did not answer within {PROBE_TIMEOUT:g} s"
         except sqlite3.Error as exc:  # its messages name no path: "database or disk is full"
             return f"the {self.kind} store cannot record runs: {exc}"
-        except Exception as exc:  # noqa: BLE001 - any failure makes this process unfit
+        except store_errors() as exc:  # any of them makes this process unfit
             return f"the {self.kind} store is unreachable: {type(exc).__name__}"
         return None
 
@@ -161,7 +161,7 @@ class Upkeep:
         failed = 0
         unrecorded = getattr(self.store, "unrecorded", None)
         for run_id, error in list(unrecorded.errors.items()) if unrecorded else ():
-            # Ended here while the store refused the write (unrecorded.py): write it now.
+            # Ended here while the store refused the write (store/unrecorded.py): write it now.
             await self.store.update_handler_status(run_id, status="failed", error=error)
             unrecorded.errors.pop(run_id, None)  # written (or its row never was: nothing to show)
             failed += 1
@@ -208,7 +208,7 @@ class Upkeep:
         self.live.ids.clear()
         try:
             await self.beat_and_sweep()
-        except Exception:  # noqa: BLE001 - stopping anyway
+        except store_errors():  # stopping anyway
             pass
 
     # --- the background loop --------------------------------------------------------------
@@ -280,7 +280,7 @@ class CancelReport:
         handler_id = path[len("/handlers/"):-len("/cancel")]
         found = await self.upkeep.store.query(HandlerQuery(handler_id_in=[handler_id]))
         # A run read as ended is reported, even while this process still winds it up (its last
-        # write refused and being retried, unrecorded.py): there is nothing left to cancel.
+        # write refused and being retried, store/unrecorded.py): there is nothing left to cancel.
         if not found or (found[0].status == "running" and found[0].run_id in self.upkeep.live.ids):
             await self.app(scope, receive, send)
             return

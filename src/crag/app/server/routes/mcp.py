@@ -1,7 +1,7 @@
 """`/mcp`: crag's MCP server (crag.app.mcp_server) over streamable HTTP, inside `crag serve`.
 
-It sits behind the same middleware as every other route, so the API key (auth.py) guards it,
-and without a key the request guard's Host and Origin checks do (guard.py): the SDK's own
+It sits behind the same middleware as every other route, so the API key (ops/auth.py) guards it,
+and without a key the request guard's Host and Origin checks do (ops/guard.py): the SDK's own
 DNS-rebinding check is left off, as it would refuse a server reached by its public name.
 The tools run through the server's `RunService`, as every door does: `ask` is admitted,
 recorded and listed like a run from any other door (its trace at `/handlers/{id}/trace`
@@ -34,7 +34,7 @@ def mcp_routes(engine: Engine) -> list[Route]:
     from crag.app.mcp_server import build_mcp
 
     server = build_mcp(engine)
-    off = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # guard.py does it
+    off = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # ops/guard.py does it
     server.streamable_http_app(streamable_http_path=PATH, transport_security=off)  # makes the manager
     engine.session_manager = server.session_manager
     return [Route(PATH, StreamableHTTPASGIApp(server.session_manager))]
