@@ -33,7 +33,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import _harness
 import pypdf
+import real_set
+from _harness import INGEST, peak_rss_mb
+from real_set import FILES, Question, names_place, normalise
 
 import crag
 from crag.app.cli import PARTIAL
@@ -43,11 +47,6 @@ from crag.index.store import ChunkIndex
 from crag.ingestion.readers import read_documents
 from crag.trace import Location, file_id
 from crag.workflows.factory import build_workflow
-
-import _harness
-import real_set
-from _harness import INGEST, peak_rss_mb
-from real_set import FILES, Question, names_place, normalise
 
 
 @dataclass

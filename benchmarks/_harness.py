@@ -101,6 +101,18 @@ def smoke_data(data: Path) -> Path:
     return out
 
 
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every record of a .jsonl file (a dev set, a corpus)."""
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def spread(rows: Sequence[Any], n: int) -> list[Any]:
+    """`n` rows spread evenly over `rows` (deterministic): questions from all of a dev set."""
+    step = max(len(rows) // max(n, 1), 1)
+    return [rows[i * step] for i in range(min(n, len(rows)))]
+
+
 def _write_lines(path: Path, lines: Sequence[str]) -> None:
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
 
@@ -120,7 +132,8 @@ class Goal:
     def __str__(self) -> str:
         if self.figure is None:
             return f"{self.name} {self.target}: not measured"
-        return f"{self.name} {self.target}: {'met' if self.met else 'NOT met'} ({_number(self.figure)})"
+        met = "met" if self.met else "NOT met"
+        return f"{self.name} {self.target}: {met} ({_number(self.figure)})"
 
 
 @dataclass

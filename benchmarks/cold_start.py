@@ -125,8 +125,9 @@ def build(size: int, folder: Path, data: Path) -> None:
     (folder / "built.json").write_text(json.dumps(stamp), encoding="utf-8")
 
 
-def prepare(size: int, out: Path, data: Path, rebuild: bool) -> tuple[Path, list[str], int]:
-    """The index folder for `size`, the ask command on it and its chunk count."""
+def prepare(size: int, out: Path, data: Path, rebuild: bool) -> tuple[Path, list[str], int, Child]:
+    """The index folder for `size`, the ask command on it, its chunk count and the untimed ask
+    that checked it."""
     folder = out / label(size)
     stamp = folder / "built.json"
     if rebuild or not is_current(stamp, size, data):
@@ -144,7 +145,7 @@ def prepare(size: int, out: Path, data: Path, rebuild: bool) -> tuple[Path, list
     verdict = re.search(r"^verdict: (\S+)", probe.stdout, re.MULTILINE)
     verdict = verdict.group(1) if verdict else "?"
     say(f"{label(size)}: index ready; {question!r} -> verdict {verdict}")
-    return folder, ask, json.loads(stamp.read_text(encoding="utf-8"))["chunks"]
+    return folder, ask, json.loads(stamp.read_text(encoding="utf-8"))["chunks"], probe
 
 
 def install_size() -> tuple[float, list[tuple[str, float]]]:
@@ -200,8 +201,9 @@ def measure(args, run: _harness.Run, out: Path) -> None:  # noqa: ANN001
 
     results = {"help": repeat([str(BIN / "crag"), "--help"], args.runs, out),
                "import": repeat([sys.executable, "-c", "import crag"], args.runs, out)}
-    for size, folder, ask, _ in indexes:
-        results[size] = repeat(ask, args.runs, folder, warm=False)  # prepare's probe warmed it
+    for size, folder, ask, _, probe in indexes:
+        # prepare's probe warmed it; at smoke size (--runs 0) the probe is the one run
+        results[size] = repeat(ask, args.runs, folder, warm=False) if args.runs else [probe]
         say(f"{label(size)}: timed")
     if args.skip_install:
         install = None
@@ -213,7 +215,7 @@ def measure(args, run: _harness.Run, out: Path) -> None:  # noqa: ANN001
     print("|---|---:|---:|---:|---:|")
     print(row("crag --help", results["help"]))
     print(row('python -c "import crag"', results["import"]))
-    for size, _, _, chunks in indexes:
+    for size, _, _, chunks, _ in indexes:
         print(row(f"crag ask, {chunks:,} chunks", results[size]))
 
     def median(key: object) -> float:
@@ -221,8 +223,8 @@ def measure(args, run: _harness.Run, out: Path) -> None:  # noqa: ANN001
 
     peak_100k = max(r.peak_mb for r in results[100_000]) if 100_000 in results else math.nan
     run.figures = {"help_seconds": median("help"), "import_seconds": median("import"),
-                   "cold_ask_seconds": {chunks: median(size) for size, _, _, chunks in indexes},
-                   "peak_mb": {chunks: max(r.peak_mb for r in results[size]) for size, _, _, chunks in indexes},
+                   "cold_ask_seconds": {chunks: median(size) for size, _, _, chunks, _ in indexes},
+                   "peak_mb": {chunks: max(r.peak_mb for r in results[size]) for size, _, _, chunks, _ in indexes},
                    "install_mb": install[0] if install else None}
     if install:
         print("largest distributions: " + ", ".join(f"{n} {mb:.1f}" for n, mb in install[1][:10]))

@@ -497,7 +497,7 @@ def report(folder: Path, args: argparse.Namespace, run: _harness.Run) -> None:
     tables = [t for t in ("tables.pdf", "tables.docx") if any(f.path.name == t for f in fixtures)]
     kinds = {"prose": [f.path.name for f in fixtures if f.path.name not in tables], **{t: [t] for t in tables}}
     cited = citations(fixtures, folder, kinds)
-    print(f"\n| table questions (crag): what is the <column> of <row>? | "
+    print("\n| table questions (crag): what is the <column> of <row>? | "
           + " | ".join(f"{t}, {cited[t].count}" for t in tables) + " |\n|---|" + "---|" * len(tables))
     for label, name in [("first source names the file and page", "first_right"),
                         ("a cited source holds the row (its key and the value on one line)", "held"),

@@ -72,7 +72,7 @@ def main() -> int:
                 index, question, chunks = sample_index(Path(tmp)), SAMPLE_QUESTION, 4
             else:
                 args.out.mkdir(parents=True, exist_ok=True)
-                folder, _, chunks = cold_start.prepare(int(size), args.out, args.data, rebuild=False)
+                folder, _, chunks, _ = cold_start.prepare(int(size), args.out, args.data, rebuild=False)
                 index, question = folder / "index", (folder / "question.txt").read_text(encoding="utf-8")
             runs = [asyncio.run(one_run(index, question)) for _ in range(args.runs + 1)]
             runs = runs[1:] or runs  # --runs 0 (smoke size): the untimed run alone

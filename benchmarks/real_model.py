@@ -45,8 +45,8 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from contextlib import nullcontext
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +59,16 @@ from loopback import LoopbackServer, as_a_model_server, prose  # noqa: E402
 
 from crag import Settings  # noqa: E402
 from crag.evaluation.datasets import (  # noqa: E402
-    GoldDrop, Question, drop_gold, load_corpus, load_questions, write_corpus,
+    GoldDrop,
+    Question,
+    drop_gold,
+    load_corpus,
+    load_questions,
+    write_corpus,
 )
 from crag.index import ChunkIndex  # noqa: E402
 from crag.ingestion import ingest  # noqa: E402
 from crag.workflows.factory import build_workflow  # noqa: E402
-
 
 # Questions on crag's sample handbook beside the demo's two: ones it answers, and ones it does not.
 SAMPLE_QUESTIONS = (

@@ -376,13 +376,11 @@ async def measure(server: Server, fake: str, questions: list[str], timeout: floa
 def load_inputs(n: int) -> tuple[list[str], list[dict[str, str]]]:
     """`n` questions spread over squad-dev (repeating past its 300), and the corpus of
     their gold passages, in question order."""
-    from vs_pack import load_jsonl, pick_questions
-
-    rows = pick_questions(load_jsonl(QUESTIONS), min(n, 300))
+    rows = _harness.spread(_harness.read_jsonl(QUESTIONS), min(n, 300))
     gold = {r["doc_id"] for r in rows}
     corpus = [
         {"doc_id": p["doc_id"], "title": p["title"], "text": p["text"]}
-        for p in load_jsonl(CORPUS)
+        for p in _harness.read_jsonl(CORPUS)
         if p["doc_id"] in gold
     ]
     return [rows[i % len(rows)]["question"] for i in range(n)], corpus

@@ -75,17 +75,6 @@ Passage = dict[str, str]
 # ---------------------------------------------------------------------------- inputs
 
 
-def load_jsonl(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def pick_questions(rows: Sequence[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    """`n` questions spread evenly over the file (deterministic)."""
-    step = max(len(rows) // max(n, 1), 1)
-    return [rows[i * step] for i in range(min(n, len(rows)))]
-
-
 def pick_chunks(
     question: dict[str, Any], corpus: Sequence[dict[str, Any]], k: int
 ) -> list[Passage]:
@@ -338,8 +327,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.quick:
         args.repeats = 2
 
-    corpus = load_jsonl(CORPUS)
-    questions = pick_questions(load_jsonl(QUESTIONS), args.repeats)
+    corpus = _harness.read_jsonl(CORPUS)
+    questions = _harness.spread(_harness.read_jsonl(QUESTIONS), args.repeats)
     cases = [
         {
             "k": k,

@@ -120,7 +120,8 @@ def _no_blocking_in_async_tests(request: pytest.FixtureRequest) -> Iterator[None
     blockbuster = BlockBuster("crag")
     for function in blockbuster.functions.values():
         function.can_block_predicate = _or_called_from_a_test(function.can_block_predicate)
-        function.can_block_functions += [(file, names) for file, names, _why in DEPENDENCIES_MAY_BLOCK]
+        function.can_block_functions = [*function.can_block_functions,
+                                        *((file, names) for file, names, _why in DEPENDENCIES_MAY_BLOCK)]
     blockbuster.activate()
     try:
         yield
@@ -131,8 +132,10 @@ def _no_blocking_in_async_tests(request: pytest.FixtureRequest) -> Iterator[None
 # A dependency's own blocking call on the loop, beneath crag's coroutine: (its file, its
 # functions, why it is let be). Each is the dependency's design, and too small to matter.
 DEPENDENCIES_MAY_BLOCK = [
-    ("asyncpg/connect_utils.py", {"_read_password_from_pgpass"},
-     "asyncpg looks for ~/.pgpass (one stat) for each new connection given no password"),
+    ("asyncpg/connect_utils.py", {"_parse_connect_dsn_and_args"},
+     "asyncpg looks for ~/.pgpass and ~/.postgresql/'s certificates (a stat each) per connection"),
+    ("llama_agents/server/_store/postgres/migrate.py", {"run_migrations"},
+     "llama-agents-server lists its migration files once, as a PostgreSQL store starts"),
 ]
 
 _ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR

@@ -14,7 +14,9 @@ import crag.errors
 from crag.errors import CragError
 
 # A drawn line: the branch glyphs, the class name, "(its.module)" when not crag.errors.
-_LINE = re.compile(r"^(?P<indent>[ │├└─]*?)(?P<name>[A-Z]\w*)(?:\s+\((?P<module>crag[\w.]*)\))?(?:\s|$)")
+_LINE = re.compile(
+    r"^(?P<indent>[ │├└─]*?)(?P<name>[A-Z]\w*)(?:\s+\((?P<module>crag[\w.]*)\))?(?:\s|$)"
+)
 
 
 def drawn_tree(doc: str) -> dict[str, tuple[str, str | None]]:

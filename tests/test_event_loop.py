@@ -82,6 +82,26 @@ def test_the_blocking_check_catches_a_step_that_reads_a_file_on_the_loop(
     assert isinstance(caught.value.__cause__, BlockingError)
 
 
+def a_coroutine_of_crags_that_reads(path: Path) -> Callable[[], Any]:
+    """A coroutine function that reads `path` on the loop, compiled as if it were crag's."""
+    namespace: dict[str, Any] = {"path": path}
+    exec(compile("async def read():\n    return path.read_text()\n", crag._offload.__file__, "exec"), namespace)
+    return namespace["read"]
+
+
+async def test_every_async_test_fails_when_crags_coroutine_blocks(tmp_path: Path) -> None:
+    """No fixture asked for: conftest's BlockBuster is on for every async test."""
+    (tmp_path / "note.txt").write_text("x")  # the test's own blocking call: allowed
+    with pytest.raises(BlockingError):
+        await a_coroutine_of_crags_that_reads(tmp_path / "note.txt")()
+
+
+@pytest.mark.allow_blocking("checks that the marker turns the check off")
+async def test_a_test_marked_allow_blocking_is_not_checked(tmp_path: Path) -> None:
+    (tmp_path / "note.txt").write_text("x")
+    assert await a_coroutine_of_crags_that_reads(tmp_path / "note.txt")() == "x"
+
+
 def record_threads(monkeypatch: pytest.MonkeyPatch, function: Callable, threads: set[int]) -> None:
     """Replace `function` wherever crag's modules imported it by a wrapper noting its thread."""
 

@@ -37,24 +37,26 @@ REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = REPO / "benchmarks"
 SHARED_DATA = REPO.parent / "shared" / "data"
 NOT_BENCHMARKS = {"real_set.py"}  # loaded by that name by tests/test_real_documents_set.py
-AT_ONCE = 2 * (os.cpu_count() or 1)  # runs mostly wait: on imports' disk reads, on loopback servers
+AT_ONCE = 16
 HANGS_AFTER = 600  # seconds: a guard against a hang, never a measure of speed
 
 pytestmark = pytest.mark.skipif(
-    not (SHARED_DATA / "squad-dev.jsonl").exists(), reason="shared data not checked out beside the repo"
+    not (SHARED_DATA / "squad-dev.jsonl").exists(),
+    reason="shared data not checked out beside the repo",
 )
 
 
 def benchmarks() -> list[str]:
-    return sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_") and p.name not in NOT_BENCHMARKS)
+    names = (p.name for p in BENCHMARKS.glob("*.py"))
+    return sorted(name for name in names if not name.startswith("_") and name not in NOT_BENCHMARKS)
 
 
 def smoke(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`python benchmarks/SCRIPT --smoke`, offline; its whole process group killed if it hangs
     (a benchmark's servers included)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    child = subprocess.Popen([sys.executable, str(BENCHMARKS / script), "--smoke"], cwd=cwd, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    argv = [sys.executable, str(BENCHMARKS / script), "--smoke"]
+    child = subprocess.Popen(argv, cwd=cwd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = child.communicate(timeout=HANGS_AFTER)
     except subprocess.TimeoutExpired:
@@ -65,13 +67,15 @@ def smoke(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def smoke_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
+def smoke_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future]]:
     """The smoke runs of the benchmarks this session selected, `AT_ONCE` at a time, each in a
     folder of its own (nothing lands in the checkout)."""
     selected = [item.callspec.params["script"] for item in request.session.items
                 if item.module is request.module and hasattr(item, "callspec")]
     with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
-        yield {script: pool.submit(smoke, script, tmp_path_factory.mktemp(script)) for script in selected}
+        yield {name: pool.submit(smoke, name, tmp_path_factory.mktemp(name)) for name in selected}
 
 
 def test_the_benchmarks_are_every_script_in_the_folder_but_its_helpers() -> None:
@@ -82,7 +86,9 @@ def test_the_benchmarks_are_every_script_in_the_folder_but_its_helpers() -> None
 
 
 @pytest.mark.parametrize("script", benchmarks(), ids=lambda script: script.removesuffix(".py"))
-def test_every_benchmark_runs_at_smoke_size_and_ends_with_its_json_line(script: str, smoke_runs: dict[str, Future]) -> None:
+def test_every_benchmark_runs_at_smoke_size_and_ends_with_its_json_line(
+    script: str, smoke_runs: dict[str, Future]
+) -> None:
     done = smoke_runs[script].result()
     said = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from llama_agents.server import PersistentHandler, SqliteWorkflowStore
@@ -106,11 +106,10 @@ class SqliteOnOneConnection(RunStateInMemory, SqliteWorkflowStore):
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        try:
+        with ExitStack() as unless_done:  # a shared connection must not keep a half-done write open
+            unless_done.callback(self.connection.rollback)
             yield self.connection
-        except BaseException:
-            self.connection.rollback()  # a shared connection must not keep a half-done write open
-            raise
+            unless_done.pop_all()
 
 
 async def postgres_pool(store: PostgresWorkflowStore) -> Any:

@@ -14,6 +14,7 @@ import asyncio
 import json
 import weakref
 from collections.abc import Sequence
+from contextlib import ExitStack
 from functools import cache
 from typing import Any
 
@@ -163,11 +164,10 @@ class _CheckedReplies:
         kwargs.setdefault("stream_options", {"include_usage": True})
         limit = self._in_flight()
         await limit.acquire()
-        try:
+        with ExitStack() as unless_streaming:
+            unless_streaming.callback(limit.release)
             stream = await super().astream_chat(messages, **kwargs)  # type: ignore[misc]
-        except BaseException:
-            limit.release()
-            raise
+            unless_streaming.pop_all()  # the stream holds its place until it ends (relay)
 
         async def relay() -> Any:
             try:

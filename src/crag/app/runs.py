@@ -28,7 +28,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -163,12 +163,11 @@ class RunService:
             raise RunRefused(f"No run was started: {problem}. GET /health says when it can record "
                              "runs again.", status=503, retry_after=STORE_RETRY_AFTER)
         place = await self._place()
-        try:
-            run = await self._launch(start_event, handler_id or _new_id())
-        except BaseException:
+        with ExitStack() as unless_started:
             if place is not None:
-                place.release()
-            raise
+                unless_started.callback(place.release)
+            run = await self._launch(start_event, handler_id or _new_id())
+            unless_started.pop_all()  # the run holds its place until it ends
         self._watch(run, place)
         return run
 

@@ -216,12 +216,8 @@ class GradeCache:
             try:
                 db = self._connect()
                 db.execute("BEGIN IMMEDIATE")
-                try:
+                with db:  # COMMIT, or ROLLBACK if `work` raises
                     work(db)
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
                 return
             except sqlite3.DatabaseError as exc:  # OperationalError (busy) among them
                 self.close()

@@ -25,7 +25,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from crag._bounded import given_up_after, store_errors
 from crag.errors import hide_password, redact
@@ -177,26 +178,25 @@ class PostgresGradeCache:
         task = self._pools.get(loop)
         if task is None:  # one opening, awaited by every lookup that comes meanwhile
             task = self._pools[loop] = loop.create_task(self._open())
-        try:
-            return await asyncio.shield(task)
-        except BaseException:
-            if task.done() and self._pools.get(loop) is task:
-                del self._pools[loop]  # failed: the next call tries again
-            raise
+            task.add_done_callback(lambda done: self._forget_failed(loop, done))
+        return await asyncio.shield(task)
+
+    def _forget_failed(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        if (task.cancelled() or task.exception() is not None) and self._pools.get(loop) is task:
+            del self._pools[loop]  # failed: the next call tries again
 
     async def _open(self) -> asyncpg.Pool:
         import asyncpg
 
         pool = await asyncpg.create_pool(self.dsn, min_size=0, max_size=self.pool_size,
                                          timeout=self.timeout, command_timeout=self.timeout)
-        try:
+        with ExitStack() as unless_ready:
+            unless_ready.callback(pool.terminate)
             async with pool.acquire() as connection, connection.transaction():
                 # Two servers starting at once would race CREATE TABLE IF NOT EXISTS.
                 await connection.execute("SELECT pg_advisory_xact_lock($1)", _DDL_LOCK)
                 await connection.execute(_DDL)
-        except BaseException:
-            pool.terminate()
-            raise
+            unless_ready.pop_all()  # ready: kept
         return pool
 
     async def _bounded(self, work: Awaitable[T]) -> T:

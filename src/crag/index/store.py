@@ -257,11 +257,9 @@ class ChunkIndex:
             tmp.rename(path / f"v{number}")
             point_to(path, f"v{number}")
         except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
             raise IngestError(write_failure(path, exc)) from None
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # what a write that failed left (renamed: gone)
         remove_stale(path, keep={f"v{number}", f"v{number - 1}"}, store=self.store_options)
         self.close()
         self.vectors, self.path, self.version = vectors, path, path / f"v{number}"

@@ -80,7 +80,7 @@ async def _by_deadline(budget: Budget | None, work: Awaitable[T], prompt: str) -
         raise DeadlineReached(f"the run's deadline for model calls ended the call after {left:.1f} s") from None
     except (BudgetReached, DeadlineReached, StopAsyncIteration):  # refused, counted, or a stream's end
         raise
-    except Exception:
+    except Exception:  # a call that failed in any way was sent: counted, then re-raised
         _unfinished(budget, prompt)
         raise
 

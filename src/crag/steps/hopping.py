@@ -156,7 +156,7 @@ class HopPlanner:
                 chunks = await self.retrieval.find(bridge.query)
             with substep(record, f"{name}: grade"):
                 graded = await self.retrieval.grade(bridge.graded_against, chunks)
-        except BaseException:
+        except BaseException:  # re-raised: a failed or cancelled hop must not hold up the hops after it
             searches.skip(number)
             raise
         verdict = graded.verdict  # the documents' own: the web's results do not change what is told

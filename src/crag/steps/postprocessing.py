@@ -334,6 +334,6 @@ async def apply_postprocessors(
             out = list(await stage.postprocess(query, out))
         except CragError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # any other failure of a stage: re-raised naming it
             raise StepError(f"postprocess/{stage_name(stage)}", exc) from exc
     return out

@@ -76,7 +76,7 @@ class StripRefiner:
         if mine:
             try:
                 scored.set_result(self._score(query, chunk))
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - handed to every caller waiting on it
                 with self._lock:
                     self._scored.pop(key, None)
                 scored.set_exception(exc)

@@ -14,8 +14,7 @@ from workflows import Context
 
 from crag.events import AnswerDeltaEvent, Source, Strip
 from crag.interfaces import StreamingSynthesizer, Synthesizer
-from crag.trace import StepRecord
-from crag.workflows.base import describe
+from crag.trace import StepRecord, or_fallback
 
 
 async def write_answer(
@@ -25,18 +24,23 @@ async def write_answer(
     """The answer and its sources, streamed as they come; `fallback` stands in for a failed
     `synthesizer` (noted in `record.degraded`); without one, the failure propagates."""
     pieces: list[str] = []
-    try:
+
+    async def attempt() -> tuple[str, list[Source]]:
         answer, sources = await _stream(ctx, synthesizer, query, strips, pieces)
         if not answer.strip():
             raise ValueError("it returned an empty answer")
         return answer, sources
-    except Exception as exc:  # any synthesizer failure has the same remedy
-        if fallback is None:
-            raise
-        record.degrade(f"synthesizer failed ({describe(exc)}); extractive answer")
+
+    if fallback is None:
+        return await attempt()
+    stand_in = fallback
+
+    async def instead() -> tuple[str, list[Source]]:
         if pieces:  # a reader has shown them: tell it to take them back
             ctx.write_event_to_stream(AnswerDeltaEvent(delta="", restart=True))
-        return await _stream(ctx, fallback, query, strips, [])
+        return await _stream(ctx, stand_in, query, strips, [])
+
+    return await or_fallback(record, "synthesizer", "extractive answer", attempt, instead)
 
 
 async def _stream(

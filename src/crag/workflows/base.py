@@ -168,7 +168,7 @@ async def recording(ctx: Context[Any], name: str, ev: Any) -> AsyncIterator[Step
     except CragError as exc:
         record.error = describe(exc)
         raise
-    except Exception as exc:
+    except Exception as exc:  # any other failure: re-raised naming the step
         record.error = describe(exc)
         raise StepError(name, exc) from exc
     finally:

@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from llama_index.core.llms import LLM, ChatMessage
@@ -46,6 +46,7 @@ from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.text import TermStats
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 META_KEYS = ("chunk_title", "chunk_summary", "chunker_note")
 
@@ -238,11 +239,21 @@ class AgenticChunker(NodeParser):
             target.title, target.summary = await self._describe(target, props, vectors, stats, grouped.notes)
         return grouped
 
-    async def _propositions(self, passage: str, title: str, notes: list[str]) -> list[str]:
+    async def _asked(self, prompt: str, read: Callable[[str], T], notes: list[str], what: str,
+                     offline: Callable[[], T]) -> T:
+        """`read` of the model's reply to `prompt`, or, when the call or the reading fails in any
+        way, `offline()`, noted in `notes` ("LLM `what` unusable")."""
         try:
-            return parse_propositions(await self._ask(PROPOSITIONS_PROMPT.format(title=title, passage=passage)))
-        except Exception as exc:  # noqa: BLE001 - any model failure falls back for this passage
-            return _noted(notes, "propositions", exc, offline_propositions(passage, title, resolve=self.resolve_pronouns))
+            return read(await self._ask(prompt))
+        except Exception as exc:  # noqa: BLE001 - any model failure: the offline method, here only
+            return _noted(notes, what, exc, offline())
+
+    async def _propositions(self, passage: str, title: str, notes: list[str]) -> list[str]:
+        return await self._asked(
+            PROPOSITIONS_PROMPT.format(title=title, passage=passage), parse_propositions, notes,
+            "propositions",
+            lambda: offline_propositions(passage, title, resolve=self.resolve_pronouns),
+        )
 
     async def _choose(self, grouped: _Grouped, i: int, vectors: np.ndarray, sizes: list[int]) -> _Chunk | None:
         """The chunk proposition `i` joins, or None for a new one."""
@@ -251,15 +262,19 @@ class AgenticChunker(NodeParser):
             return None
         outline = "\n".join(f"c{n}: {c.title}: {c.summary}" for n, c in enumerate(chunks, start=1))
         proposition = grouped.propositions[i]
-        try:
-            choice = parse_choice(await self._ask(ASSIGN_PROMPT.format(chunks=outline, proposition=proposition)),
-                                  len(chunks))
-            chosen = None if choice is None else chunks[choice]
-        except Exception as exc:  # noqa: BLE001 - any model failure falls back to the centroids
+
+        def read(reply: str) -> _Chunk | None:
+            choice = parse_choice(reply, len(chunks))
+            return None if choice is None else chunks[choice]
+
+        def nearest() -> _Chunk | None:  # by the centroids
             sums = np.stack([vectors[c.members].sum(axis=0) for c in chunks])
             sims = sums @ vectors[i] / np.maximum(np.linalg.norm(sums, axis=1), 1e-12)
             best = int(np.argmax(sims))
-            chosen = _noted(grouped.notes, "assignment", exc, chunks[best] if sims[best] >= self.threshold else None)
+            return chunks[best] if sims[best] >= self.threshold else None
+
+        prompt = ASSIGN_PROMPT.format(chunks=outline, proposition=proposition)
+        chosen = await self._asked(prompt, read, grouped.notes, "assignment", nearest)
         if chosen is not None and sum(sizes[m] for m in chosen.members) + sizes[i] > self.max_tokens:
             return None  # a full chunk takes no more, whatever the model chose
         return chosen
@@ -269,10 +284,10 @@ class AgenticChunker(NodeParser):
     ) -> tuple[str, str]:
         members = [props[m] for m in chunk.members]
         listed = "\n".join(f"- {p}" for p in members)
-        try:
-            return parse_title_summary(await self._ask(UPDATE_PROMPT.format(propositions=listed)))
-        except Exception as exc:  # noqa: BLE001 - any model failure falls back to keywords
-            return _noted(notes, "title", exc, (keyword_title(members, stats), central(members, vectors[chunk.members])))
+        return await self._asked(
+            UPDATE_PROMPT.format(propositions=listed), parse_title_summary, notes, "title",
+            lambda: (keyword_title(members, stats), central(members, vectors[chunk.members])),
+        )
 
 
 def _noted(notes: list[str], what: str, exc: Exception, fallback: Any) -> Any:

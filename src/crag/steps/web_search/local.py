@@ -9,7 +9,7 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from crag import text
 from crag._offload import off_loop
-from crag.errors import SearchError
+from crag.errors import IngestError, SearchError
 from crag.index.lexical import BM25
 from crag.ingestion.readers import find_files, read_documents
 
@@ -51,7 +51,7 @@ class LocalCorpusSearch:
         text.warm_up()
         try:
             docs = [d for f in find_files([self.corpus]) for d in read_documents(f)]
-        except Exception as exc:
+        except (IngestError, OSError) as exc:  # missing, unreadable, or not a corpus
             raise SearchError(f"Web corpus {self.corpus} is unusable: {exc}") from None
         nodes = [
             TextNode(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llama_agents.client.protocol.serializable_events import EventEnvelope
+from llama_agents.client.protocol.serializable_events import EventEnvelope, EventValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -82,7 +82,8 @@ async def _run_request(request: Request, service: RunService) -> tuple[Any, str 
     start_class = service.workflow.start_event_class
     try:
         event = EventEnvelope.parse(start, {start_class.__name__: start_class}, explicit_event=start_class)
-    except Exception:  # noqa: BLE001 - not an envelope: the event's fields, checked by the service
+    except (EventValidationError, ValueError, TypeError, RecursionError):
+        # Not an envelope: the start event's own fields, which the service checks.
         if isinstance(start, dict):
             return start, handler_id
         raise RunRefused("`start_event` must be an object with the question as `query`.", status=400) from None

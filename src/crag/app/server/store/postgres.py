@@ -51,7 +51,7 @@ class PostgresRunStore(RunStateInMemory, PostgresWorkflowStore):
         handler = self.unrecorded.cleaned(handler)
         try:
             await self._bounded(super().update(handler))
-        except Exception as exc:
+        except Exception as exc:  # any failure: noted as unrecorded, then re-raised
             self.unrecorded.refused(handler, exc)
             raise
         self.unrecorded.recorded(handler)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -95,7 +96,7 @@ class SqliteRunStore(SqliteOnOneConnection):
         handler = self.unrecorded.cleaned(handler)
         try:
             await self._base("update", handler)
-        except Exception as exc:
+        except Exception as exc:  # any failure: noted as unrecorded, then re-raised
             self.unrecorded.refused(handler, exc)
             raise
         finally:
@@ -143,19 +144,21 @@ class SqliteRunStore(SqliteOnOneConnection):
             self._thread.put(self._write_events, batch)
 
     def _write_events(self, batch: list[tuple[str, EventEnvelopeWithMetadata]]) -> None:
-        try:
+        with ExitStack() as unless_written:
+            unless_written.callback(self._start_over, [run_id for run_id, _ in batch])
             for run_id, event in batch:
                 self._insert_event(run_id, event)
             self._commit()
-        except BaseException:
-            # A full disk or a lock held too long: this turn's events are lost (and logged by
-            # the store's thread). Roll back, so that the next write starts clean rather than
-            # inside a transaction SQLite may already have abandoned, and read each run's
-            # next sequence number from the table again.
-            self.connection.rollback()
-            for run_id, _ in batch:
-                self._sequences.pop(run_id, None)
-            raise
+            unless_written.pop_all()
+
+    def _start_over(self, run_ids: list[str]) -> None:
+        """After a failed write (a full disk, a lock held too long: this turn's events are lost,
+        and logged by the store's thread): roll back, so that the next write starts clean rather
+        than inside a transaction SQLite may already have abandoned, and read each run's next
+        sequence number from the table again."""
+        self.connection.rollback()
+        for run_id in run_ids:
+            self._sequences.pop(run_id, None)
 
     def _insert_event(self, run_id: str, event: EventEnvelopeWithMetadata) -> None:
         sequence = self._sequences.get(run_id)
