@@ -23,8 +23,13 @@ measures nothing. tests/benchmarks/test_smoke.py runs every benchmark so, which 
 rot unnoticed. A benchmark with `--data` (the shared dev sets) reads a few questions of each
 set at smoke size, over a corpus of their passages and a few others.
 
-A missed goal is a finding, not a failure: the exit status says whether the benchmark ran.
-MB is 2**20 bytes throughout.
+`seconds` and `cpu_seconds` cover the block (CPU: this process and the children it waited for);
+`peak_rss_mb` is this process's, a child's being the benchmark's own figure (`launch`,
+`peak_rss_mb`). A missed goal is a finding, not a failure: the exit status says whether the
+benchmark ran. MB is 2**20 bytes throughout.
+
+Also here, because two benchmarks or more need them: offline children (`offline_env`, `launch`),
+the `[ingest]` limit a generated corpus needs (`ingest_env`), `percentile`, `read_jsonl`, `spread`.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DATA = REPO.parent / "shared" / "data"
 """The project's shared dev sets (`squad-dev.jsonl`, `squad-dev-corpus.jsonl`, ...)."""
+TESTS = REPO / "tests"
+"""On `sys.path`, it lends the benchmarks the tests' fakes: `support.loopback`'s model servers."""
 MB = 2**20
 SMOKE_QUESTIONS = 5  # per set, at smoke size
 SMOKE_DISTRACTORS = 25  # passages per set beside the questions' own

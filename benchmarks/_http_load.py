@@ -3,8 +3,8 @@
 One `crag serve` process (throughput.py's `crag_server`: `crag ingest` then `crag serve`, the
 SQuAD questions and their gold passages) at its default admission limits (`[server] max_runs`
 8, `max_queue` 8 unless told), and throughput.py's fake model in its own process, with a
-fraction `--fault-rate` of its answers a fault (tests/loopback.py `chaos`: HTTP 500, HTTP 429
-with Retry-After 1, a connection reset, or a stall past the client's timeout).
+fraction `--fault-rate` of its answers a fault (tests/support/loopback.py `chaos`: HTTP 500,
+HTTP 429 with Retry-After 1, a connection reset, or a stall past the client's timeout).
 
 First the capacity: `2 × max_runs` clients asking one question after another (closed loop)
 for `--seconds / 2`; completed runs per second. Then each level for `--seconds`: requests at
@@ -34,7 +34,7 @@ from pathlib import Path
 import _harness
 import throughput
 from _harness import percentile as pct
-from loopback import Drop, LoopbackServer, Reply, Stall, chaos
+from support.loopback import Drop, LoopbackServer, Reply, Stall, chaos
 
 LEVELS = (0.5, 1.0, 3.0)
 

@@ -4,9 +4,9 @@ grading, on the dev sets in ../shared/data.
     .venv/bin/python benchmarks/cost.py [--sets squad,popqa,hotpotqa] [--limit 100] [--noise 1.5]
                                         [--data ../shared/data] [--smoke]
 
-THE MODEL HERE IS A SIMULATION. A loopback OpenAI-compatible server (tests/loopback.py) rates a
-chunk from the gold label: 9 when it is part of the question's gold passage, 1 otherwise, plus
-Gaussian noise (sd `--noise` on the 0-10 scale), fixed per (question, chunk) so that asking again
+THE MODEL HERE IS A SIMULATION. A loopback OpenAI-compatible server (tests/support/loopback.py)
+rates a chunk from the gold label: 9 when it is part of the question's gold passage, 1 otherwise,
+plus Gaussian noise (sd `--noise` on the 0-10 scale), fixed per (question, chunk) so that asking again
 gets the same rating, as a model at temperature 0 mostly does. It reports usage by word counts.
 So this measures calls, tokens and agreement between grading modes; it says nothing of a real
 model's quality.
@@ -46,9 +46,9 @@ from pathlib import Path
 
 import _harness
 
-sys.path.insert(0, str(_harness.REPO / "tests"))
+sys.path.insert(0, str(_harness.TESTS))
 
-from loopback import LoopbackServer, Reply, chat_completion, message_text  # noqa: E402
+from support.loopback import LoopbackServer, Reply, chat_completion, message_text  # noqa: E402
 
 from crag import Settings  # noqa: E402
 from crag.evaluation.cascade import fit_band  # noqa: E402

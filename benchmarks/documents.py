@@ -246,8 +246,9 @@ def build(folder: Path, seed: int = 23, pdfs: list[str] | None = None) -> list[F
     fixtures += [make_docx(folder, rng, used), make_pptx(folder, rng, used)]
     if pdfs is None or "tables" in pdfs:
         fixtures.append(make_tables_pdf(folder, rng, used))
-    else:
-        tables(rng, used)  # the same draws, so tables.docx is the same with or without the PDF
+    else:  # make_tables_pdf's draws, so tables.docx is the same with or without the PDF
+        for _ in tables(rng, used):
+            filler(rng, 40)
     return [*fixtures, make_tables_docx(folder, rng, used)]
 
 

@@ -6,7 +6,7 @@
 
 One `CorrectiveRAGWorkflow` (LLM grader, rewriter and synthesizer; Tavily web search),
 `--queries` concurrent `run()`s on it. The LLM and Tavily are loopback servers on
-127.0.0.1 (tests/loopback.py) that answer a fraction `--fault-rate` of requests with a
+127.0.0.1 (tests/support/loopback.py) that answer a fraction `--fault-rate` of requests with a
 fault drawn at random (seeded, so a run is repeatable): HTTP 500, HTTP 429 with
 `Retry-After: 1`, a connection reset, or no answer until past the client's timeout.
 Half the questions are answered by the small index (Correct), half need the web.
@@ -41,9 +41,9 @@ from typing import Any
 
 import _harness
 
-sys.path.insert(0, str(_harness.REPO / "tests"))
+sys.path.insert(0, str(_harness.TESTS))
 
-from loopback import (  # noqa: E402 - tests/ is put on the path just above
+from support.loopback import (  # noqa: E402 - tests/ is put on the path just above
     Drop,
     LoopbackServer,
     Reply,
@@ -174,8 +174,8 @@ def serve(kind: str, fault_rate: float, seed: int, stall: float) -> None:
 def server_process(kind: str, fault_rate: float, seed: int, stall: float) -> Iterator[dict]:
     """A faulty loopback server in its own process, so that its threads do not compete with
     crag's event loop for the interpreter lock. A fresh interpreter that imports only this
-    module and tests/loopback.py (multiprocessing's spawn would import the caller's main
-    module too: seconds, for pytest). Yields {"url": ...}; after the block, "requests" and
+    module and tests/support/loopback.py (multiprocessing's spawn would import the caller's
+    main module too: seconds, for pytest). Yields {"url": ...}; after the block, "requests" and
     "faults" hold how many requests it answered, and how many of them with a fault."""
     here = str(Path(__file__).resolve().parent)
     code = (

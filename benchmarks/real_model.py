@@ -27,9 +27,9 @@ fell back; verdict agreement with the offline grader; answer accuracy (a gold an
 answer) with the model and offline; time per question; and the tokens crag counted against the
 tokens the server reported.
 
-At smoke size, without `--base-url`, tests/loopback.py's stand-in answers for the model: it
-talks round its grades ("The document is irrelevant to 10.", a real SmolLM2 reply) and cuts
-every reply at its `max_tokens`, as a small model behind llama.cpp's server does. It says
+At smoke size, without `--base-url`, tests/support/loopback.py's stand-in answers for the
+model: it talks round its grades ("The document is irrelevant to 10.", a real SmolLM2 reply)
+and cuts every reply at its `max_tokens`, as a small model behind llama.cpp's server does. It says
 nothing of a real model; it shows that the proxy, the two runs and the report still work.
 """
 
@@ -53,9 +53,9 @@ from typing import Any
 import _harness
 
 REPO = _harness.REPO
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(_harness.TESTS))
 
-from loopback import LoopbackServer, as_a_model_server, prose  # noqa: E402
+from support.loopback import LoopbackServer, as_a_model_server, prose  # noqa: E402
 
 from crag import Settings  # noqa: E402
 from crag.evaluation.datasets import (  # noqa: E402
@@ -202,7 +202,7 @@ def main() -> None:
     with _harness.measured(__file__, args) as run, stand_in as server:
         if server is not None:
             args.base_url, args.model = server.url + "/v1", "loopback-stand-in"
-            run.skip("a real model", "no --base-url: tests/loopback.py's stand-in answered (the docstring)")
+            run.skip("a real model", "no --base-url: a loopback stand-in answered (the docstring)")
         run.figures = asyncio.run(compare(args))
 
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/streaming.py [--questions 20] [--latency 0.05] [--data ../shared/data] [--smoke]
 
-A loopback OpenAI-compatible server (tests/loopback.py) answers every chat call after
+A loopback OpenAI-compatible server (tests/support/loopback.py) answers every chat call after
 `--latency` seconds: grades ("9": every question is answered from the index), rewrites, and
 the answer, which it streams a word per chunk (the first chunk leaves after the latency). crag
 asks SQuAD dev questions one at a time over an index of their passages, reading each run's
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import _harness
 
-sys.path.insert(0, str(_harness.REPO / "tests"))
+sys.path.insert(0, str(_harness.TESTS))
 
-from loopback import LoopbackServer, openai_chat  # noqa: E402
+from support.loopback import LoopbackServer, openai_chat  # noqa: E402
 
 from crag import Settings  # noqa: E402
 from crag.events import AnswerDeltaEvent  # noqa: E402

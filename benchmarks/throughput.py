@@ -18,7 +18,7 @@ over the same small corpus (the questions' gold passages, from
   made by vs_pack.py; uvicorn and Starlette added) behind `_pack_server.py`, a one-route
   harness that awaits the pack's workflow per request (read it for what is substituted).
 
-The fake is one loopback server process (tests/loopback.py) per system: OpenAI
+The fake is one loopback server process (tests/support/loopback.py) per system: OpenAI
 chat-completions at `/v1/chat/completions`, each call answered after `--latency` seconds;
 Tavily-shaped `/search` over the same corpus (word overlap), at once. It grades every
 chunk "no" (both systems then take their web path), rewrites a question to itself and
@@ -51,10 +51,10 @@ import _harness
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(_harness.TESTS))
 
 from _pack_driver import REWRITE_REPLY, reply_for  # noqa: E402 - shared fakes
-from loopback import LoopbackServer, Reply, openai_chat, tavily_result, tavily_search  # noqa: E402
+from support.loopback import LoopbackServer, Reply, openai_chat, tavily_result, tavily_search  # noqa: E402
 
 DATA = _harness.DATA
 QUESTIONS = DATA / "squad-dev.jsonl"

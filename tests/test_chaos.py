@@ -21,8 +21,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import SAMPLES, PostgresCluster
-from loopback import LoopbackServer, failing, openai_chat
+from support.loopback import LoopbackServer, failing, openai_chat
+from support.paths import SAMPLES
+from support.postgres import PostgresCluster
 
 from crag.index import ChunkIndex
 

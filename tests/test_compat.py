@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from llama_index.utils.workflow import draw_all_possible_flows_mermaid
-
-from conftest import ALL_STEPS
+from support.paths import SAMPLES
+from support.workflow import ALL_STEPS
 
 from crag import CorrectiveRAGWorkflow, Settings, build_workflow
 
@@ -62,7 +62,7 @@ print(first.verdict, nested.verdict, awaited.verdict, nested.sources[0].kind)
 
 
 def test_nest_asyncio_then_ask_in_a_running_loop(sample_index_dir: Path) -> None:
-    web = Path(__file__).resolve().parents[1] / "src" / "crag" / "sample_data" / "web.jsonl"
+    web = SAMPLES / "web.jsonl"
     script = textwrap.dedent(NOTEBOOK).format(index=str(sample_index_dir), web=str(web))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})

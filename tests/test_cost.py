@@ -9,10 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import SAMPLES
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.schema import NodeWithScore, TextNode
-from loopback import (
+from support.loopback import (
     LoopbackServer,
     Reply,
     chat_completion,
@@ -20,6 +19,7 @@ from loopback import (
     openai_chat,
     uvicorn_serving,
 )
+from support.paths import SAMPLES
 
 import crag
 from crag.app.cli import main

@@ -35,10 +35,11 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from crag.app.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
 FROM_SCRATCH = {"README.md", "getting-started.md"}  # these export and ingest the sample themselves
 RUN = {"sh", "bash", "python"}
@@ -208,7 +209,7 @@ def test_the_local_model_settings_reach_an_openai_compatible_server(
     the named model: here a loopback server speaking OpenAI's API stands in for Ollama. (Its
     replies are not what the prompts ask for; a run then degrades to the offline components,
     which is tested elsewhere: this checks the settings reach the server.)"""
-    from loopback import LoopbackServer, openai_chat
+    from support.loopback import LoopbackServer, openai_chat
 
     with LoopbackServer(openai_chat(lambda prompt: "0.9")) as server, chdir(prepared):
         code = block.code.replace("http://localhost:11434", server.url)

@@ -15,8 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import finishes, ingested
-from loopback import (
+from support.corpus import ingested
+from support.loopback import (
     Drop,
     LoopbackServer,
     Reply,
@@ -29,6 +29,9 @@ from loopback import (
     tavily_result,
     tavily_search,
 )
+from support.paths import BENCHMARKS
+from support.waiting import finishes
+from support.workflow import NeverAnswers
 from workflows.errors import WorkflowTimeoutError
 
 import crag
@@ -308,14 +311,6 @@ async def test_a_tavily_call_that_outlasts_the_timeout_is_abandoned_at_the_timeo
 # --- the whole run --------------------------------------------------------------------------------
 
 
-class NeverAnswers:
-    """A synthesizer that waits forever, as a component stuck on a dead connection would."""
-
-    async def synthesize(self, query: str, strips: list) -> tuple[str, list]:
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
-
-
 async def test_a_component_that_never_returns_is_cancelled_at_the_run_timeout(index_dir: Path) -> None:
     settings = crag.Settings.load(env={}, index={"path": index_dir}, run={"timeout": 0.5})
     workflow = crag.build_workflow(settings, synthesizer=NeverAnswers())
@@ -375,7 +370,7 @@ def test_twenty_concurrent_queries_against_faulty_servers_all_end_answered_or_wi
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """benchmarks/load.py, small: one workflow, 20 concurrent runs, 30% of calls faulty."""
-    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    benchmarks = BENCHMARKS
     monkeypatch.syspath_prepend(str(benchmarks))  # the server processes import `load` by name
     spec = importlib.util.spec_from_file_location("load", benchmarks / "load.py")
     load = importlib.util.module_from_spec(spec)

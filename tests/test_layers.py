@@ -20,8 +20,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = REPO / "src"
 LAYERS = ["crag.ingestion", "crag.steps", "crag.workflows", "crag.evaluation", "crag.app"]
 ON_TOP = {"crag", "crag.testing"}
 

@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES
-from loopback import (
+from support.loopback import (
     LoopbackServer,
     Stall,
     as_a_model_server,
@@ -25,6 +24,7 @@ from loopback import (
     prose,
     ten,
 )
+from support.paths import DATA, SAMPLES
 
 import crag
 from crag.app.cli import main
@@ -35,7 +35,6 @@ from crag.events import Turn
 
 WARRANTY = "What warranty does Lumen give on the Helio H10?"
 LIION = "Who invented the lithium-ion battery?"
-DATA = Path(__file__).parent / "data"
 
 # What ends each call of each model, as the run's `degraded` list says it.
 ENDED_BY = {
@@ -189,7 +188,7 @@ def test_the_default_eval_concurrency_fits_where_the_model_is_served() -> None:
 
 async def test_the_calls_of_a_run_that_failed_are_still_counted(own_sample_index_dir: Path) -> None:
     """crag eval once left out the calls and tokens of runs that timed out: their budgets count them."""
-    from test_faults import NeverAnswers
+    from support.workflow import NeverAnswers
     from workflows.errors import WorkflowTimeoutError
 
     with LoopbackServer(as_a_model_server(lambda p: "9")) as server:

@@ -15,17 +15,17 @@ import httpx
 import httpx2
 import openai
 import pytest
-from conftest import SAMPLES
-from loopback import uvicorn_serving
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from support.loopback import uvicorn_serving
+from support.paths import DOCUMENTS, SAMPLES
 
 import crag
 from crag import Settings, build_workflow
 from crag.app.cli import main
 from crag.app.server import build_server
 
-DATA = Path(__file__).parent / "data" / "documents"
+DATA = DOCUMENTS
 QUESTION = "At what temperature does the Helio H10 inverter shut down?"
 KEY = "crag-test-key-0123456789"
 

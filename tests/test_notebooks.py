@@ -9,8 +9,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from support.paths import REPO
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = REPO / "notebooks"
 KERNEL = "crag-test"
 
 # Run first, not stored in the notebooks: the kernel may reach loopback only, like the tests.

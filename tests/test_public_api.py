@@ -7,7 +7,8 @@ import inspect
 import re
 import subprocess
 import sys
-from pathlib import Path
+
+from support.paths import REPO
 
 import crag
 import crag.errors
@@ -17,7 +18,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def test_all_lists_exactly_the_public_names() -> None:

@@ -8,12 +8,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from support.paths import BENCHMARKS
 
 
 @pytest.fixture(scope="module")

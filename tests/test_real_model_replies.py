@@ -15,13 +15,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES
-from loopback import LoopbackServer, Reply, chat_completion, message_text, stream_chunks
+from support.loopback import LoopbackServer, Reply, chat_completion, message_text, stream_chunks
+from support.paths import DATA, SAMPLES
 
 from crag.app.cli import DEMO_QUESTIONS, main
 from crag.config import Settings
 
-RECORDED = json.loads((Path(__file__).parent / "data" / "real_model_replies.json").read_text(encoding="utf-8"))
+RECORDED = json.loads((DATA / "real_model_replies.json").read_text(encoding="utf-8"))
 
 
 def replay() -> LoopbackServer:
@@ -78,9 +78,9 @@ async def test_the_openai_door_and_mcp_say_the_cost_of_a_real_small_models_run(
     """Every call counted through every door, and the estimated tokens marked as such."""
     import httpx
     import httpx2
-    from loopback import uvicorn_serving
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
+    from support.loopback import uvicorn_serving
 
     from crag.app.server import build_server
 

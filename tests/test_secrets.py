@@ -15,12 +15,12 @@ import traceback
 from pathlib import Path
 
 import pytest
-from conftest import ingested
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.llms import ChatMessage
-from loopback import LoopbackServer, Reply, chat_completion, message_text, openai_chat
+from support.corpus import ingested
+from support.loopback import LoopbackServer, Reply, chat_completion, message_text, openai_chat
 
 import crag
 from crag.app.cli import main

@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from crag.config import IndexSettings, Settings
 from crag.index import VectorStoreOptions
@@ -25,7 +26,7 @@ from crag.models import LLMOptions
 from crag.steps.postprocessing import PostprocessOptions
 from crag.workflows.factory import postprocess_options
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = REPO / "src"
 BELOW_THE_WIRING = ["crag.steps", "crag.models", "crag.index", "crag.ingestion"]
 WIRING = {"crag.ingestion.configured"}  # the ingest's builder; crag.workflows.factory is above these
 

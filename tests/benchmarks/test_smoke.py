@@ -12,7 +12,7 @@ What CI lacks, a benchmark leaves out itself, runs the rest, and names in its JS
 `skipped`; none is skipped whole:
 - vs_pack.py, throughput.py: the LlamaIndex CRAG pack, whose own venv pip fills from the
   network. crag's side runs.
-- real_model.py: a real model behind llama.cpp's server. tests/loopback.py's stand-in answers.
+- real_model.py: a real model behind llama.cpp's server. A loopback stand-in answers.
 - cold_start.py: the size of a fresh install (pip and the network). The cold commands run.
 - documents.py: the PDF fixtures, where Chromium is missing (CI installs it).
 - ocr.py: the engines not installed; the test extra has tesserocr, which runs.
@@ -32,18 +32,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from support.paths import BENCHMARKS, SHARED_DATA
 
-REPO = Path(__file__).resolve().parents[2]
-BENCHMARKS = REPO / "benchmarks"
-SHARED_DATA = REPO.parent / "shared" / "data"
 NOT_BENCHMARKS = {"real_set.py"}  # loaded by that name by tests/test_real_documents_set.py
-AT_ONCE = 16
+AT_ONCE = 8  # runs mostly import and wait on servers; more would only add memory (~350 MB each)
 HANGS_AFTER = 600  # seconds: a guard against a hang, never a measure of speed
+# Offline; and one BLAS thread a process: the runs share the cores, and BLAS threads that spin
+# while they wait for work only take the CPU from the other runs.
+SMOKE_ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
-pytestmark = pytest.mark.skipif(
-    not (SHARED_DATA / "squad-dev.jsonl").exists(),
-    reason="shared data not checked out beside the repo",
-)
+pytestmark = [
+    pytest.mark.slow,  # whole processes on the shared data: about a minute in all on two cores
+    pytest.mark.skipif(not (SHARED_DATA / "squad-dev.jsonl").exists(),
+                       reason="shared data not checked out beside the repo"),
+]
 
 
 def benchmarks() -> list[str]:
@@ -55,7 +57,7 @@ def smoke(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`python benchmarks/SCRIPT --smoke`, offline; its whole process group killed if it hangs
     (a benchmark's servers included)."""
     argv = [sys.executable, str(BENCHMARKS / script), "--smoke"]
-    child = subprocess.Popen(argv, cwd=cwd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, text=True,
+    child = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **SMOKE_ENV}, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = child.communicate(timeout=HANGS_AFTER)

@@ -9,10 +9,13 @@ into the model's and the index's options for `crag.workflows.factory`, the query
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from llama_index.core.node_parser import NodeParser
+from pydantic import BaseModel
 
 from crag.config import Settings
 from crag.index import VectorStoreOptions
@@ -21,6 +24,8 @@ from crag.ingestion.chunkers import node_parser
 from crag.ingestion.files import ReadLimits
 from crag.ingestion.pipeline import IngestReport, ProgressCallback, Summarizer, ingest
 from crag.models import LLMFactory, LLMOptions
+
+O = TypeVar("O")
 
 
 def ingest_with_settings(
@@ -73,39 +78,27 @@ def summarizer_for(settings: Settings, progress: ProgressCallback | None = None)
     return ExtractiveSummarizer()
 
 
+def options_of(kind: type[O], section: BaseModel, **given: Any) -> O:
+    """A component's options (`kind`, a dataclass) from the settings `section` holding each of
+    its fields by the same name; `given` sets the fields the section words otherwise. A field a
+    section lacks is an `AttributeError` here, not a default silently kept."""
+    names = {f.name for f in dataclasses.fields(kind)} - given.keys()  # type: ignore[arg-type]
+    return kind(**{name: getattr(section, name) for name in names}, **given)
+
+
 def llm_options(settings: Settings) -> LLMOptions:
     """`[llm]`, as the chat model's options (the prices and reply limits go to the workflow)."""
-    llm = settings.llm
-    return LLMOptions(
-        model=llm.model,
-        base_url=llm.base_url,
-        api_key=llm.api_key,
-        timeout=llm.timeout,
-        max_retries=llm.max_retries,
-        context_window=llm.context_window,
-        in_flight=llm.in_flight,
-        max_tokens=llm.max_tokens,
-    )
+    return options_of(LLMOptions, settings.llm)
 
 
 def vector_store_options(settings: Settings) -> VectorStoreOptions:
     """`[vector_store]`, as the index's options."""
-    store = settings.vector_store
-    return VectorStoreOptions(kind=store.kind, uri=store.uri, token=store.token, collection=store.collection)
+    return options_of(VectorStoreOptions, settings.vector_store)
 
 
 def read_limits(settings: Settings) -> ReadLimits:
     """`[ingest]`'s bounds on reading a file, as the readers' limits (its `readers` go apart)."""
-    ingest = settings.ingest
-    return ReadLimits(
-        symlinks=ingest.symlinks,
-        max_file_mb=ingest.max_file_mb,
-        max_unpacked_mb=ingest.max_unpacked_mb,
-        max_text_mb=ingest.max_text_mb,
-        max_seconds=ingest.max_seconds,
-        max_memory_mb=ingest.max_memory_mb,
-        max_ocr_pages=ingest.max_ocr_pages,
-    )
+    return options_of(ReadLimits, settings.ingest)
 
 
 CHUNKING_SETTINGS = frozenset(

@@ -76,7 +76,7 @@ class RuleCondenser:
     before: in tests/data/follow_ups.jsonl (13 conversations, 59 follow-ups), taking the name
     in the latest question that named anything kept the subject in 31 follow-ups (28 word for
     word as a person would write them); this keeps it in 57 (49 word for word), by
-    `tests/test_condensing.py::test_follow_ups_keep_the_conversations_subject`. The two it
+    `tests/steps/test_condensing.py::test_follow_ups_keep_the_conversations_subject`. The two it
     misses follow "Do you need a permit from Nepal?" (about Everest): a name with no pronoun
     reads as a new subject.
     """

@@ -1,8 +1,8 @@
 """Second-stage rerankers: the retriever fetches wide (`rerank_depth`), these keep the best `top_n`.
 
 - `LexicalReranker` (offline): the lexical evaluator's relevance, plus a little of
-  WordLlama's cosine and of the first-stage rank (weights measured by
-  `benchmarks/rerank_probe.py` on the shared dev sets).
+  WordLlama's cosine and of the first-stage rank (weights measured on the shared dev sets by
+  a one-off probe: docs/measured.md, "What the one-off probes found").
 - `LLMReranker`: llama-index's own `LLMRerank` (its choice-select prompt, "Doc: n, Relevance: s"),
   one call per batch of chunks, batches concurrently, with a parser that reads what models
   actually write. A batch whose reply names no document, or whose call fails, is scored by the
@@ -56,8 +56,8 @@ class LexicalReranker:
     so it stays in [0, 1]. The lexical evaluator carries it (the strongest offline relevance
     signal we have); the cosine catches paraphrases, and the rank keeps what BM25 and the
     embeddings agreed on when lexical scores tie. It improves recall@5 and MRR of the gold
-    passage over the first stage on every dev set (`benchmarks/rerank_probe.py`; figures in
-    docs/measured.md).
+    passage over the first stage on every dev set (figures in docs/measured.md, "What the
+    one-off probes found").
 
     Args:
         evaluator: the lexical evaluator built on the index's term statistics.

@@ -10,7 +10,7 @@ from crag.errors import ConfigError
 from crag.index import ChunkIndex
 from crag.index.grade_cache import FILE_NAME as GRADE_CACHE_FILE
 from crag.index.grade_cache import AsyncGradeCache, GradeCache
-from crag.ingestion.configured import llm_options, vector_store_options
+from crag.ingestion.configured import llm_options, options_of, vector_store_options
 from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, WebSearch
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.prompts import BATCH_GRADE_PROMPT, GRADE_PROMPT
@@ -232,19 +232,9 @@ def _postprocessors(
 def postprocess_options(settings: Settings) -> PostprocessOptions:
     """`[postprocess]`, with the model's concurrency for a rerank stage, as the stages' options."""
     post = settings.postprocess
-    return PostprocessOptions(
-        stages=tuple(post.stages),
-        similarity_cutoff=post.similarity_cutoff,
-        required_keywords=tuple(post.required_keywords),
-        exclude_keywords=tuple(post.exclude_keywords),
-        rerank=post.rerank,
-        rerank_depth=post.rerank_depth,
-        rerank_batch_size=post.rerank_batch_size,
-        rerank_concurrency=settings.grader.concurrency,
-        optimizer_percentile=post.optimizer_percentile,
-        optimizer_threshold=post.optimizer_threshold,
-        context_before=post.context_before,
-        context_after=post.context_after,
+    return options_of(
+        PostprocessOptions, post, stages=tuple(post.stages), required_keywords=tuple(post.required_keywords),
+        exclude_keywords=tuple(post.exclude_keywords), rerank_concurrency=settings.grader.concurrency,
     )
 
 

@@ -1,4 +1,5 @@
-"""Write the small documents tests/test_documents.py reads: python tests/data/documents/make_fixtures.py
+"""Write the small documents tests/ingestion/formats/test_documents.py reads:
+python tests/data/documents/make_fixtures.py
 
 The PDFs are written by hand (a few objects and Helvetica, which every reader knows), so no
 drawing library is needed; pypdf encrypts one, python-docx and python-pptx (the test extra)

@@ -5,9 +5,8 @@ cannot be used).
 
 A proposition is a sentence, optionally with a leading pronoun resolved. Pronoun resolution is
 on by default because it was measured to help retrieval (recall@5 of the gold passage rose on
-every dev set: `python benchmarks/agentic_probe.py --sets squad,popqa,hotpotqa`; figures in
-docs/measured.md). A sentence opening "He ..." says little on its own, so it joins (and is
-found by) the wrong chunk.
+every dev set, by a one-off probe: docs/measured.md, "What the one-off probes found"). A
+sentence opening "He ..." says little on its own, so it joins (and is found by) the wrong chunk.
 """
 
 from __future__ import annotations
