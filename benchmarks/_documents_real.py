@@ -1,4 +1,4 @@
-"""crag on the real-world document set (benchmarks/real_documents; `real_set` reads it):
+"""crag on the real-world document set (benchmarks/real_documents; `_real_set` reads it):
 `python benchmarks/documents.py --real` runs it (`--smoke`: the questions on its three smallest
 files, without the set's own checks, which tests/test_real_documents_set.py runs). Every
 measure is of crag as shipped:
@@ -35,9 +35,9 @@ from pathlib import Path
 
 import _harness
 import pypdf
-import real_set
+import _real_set as real_set
 from _harness import INGEST, peak_rss_mb
-from real_set import FILES, Question, names_place, normalise
+from _real_set import FILES, Question, names_place, normalise
 
 import crag
 from crag.app.cli import PARTIAL

@@ -57,7 +57,7 @@ Measured, for crag's readers (`crag.ingestion.readers.read_documents`) and Llama
 drive holds (US government reports, tables and a scanned page as PDFs, a DOCX handbook, an EPUB,
 HTML, Markdown, text, notebooks, CSVs, a slide), each with its source url, license and sha256 in
 sources.json, and 60 questions in questions.jsonl, each naming the file and page (section, cell,
-slide or CSV line) that answers it; `real_set` checks every answer is on its page, and
+slide or CSV line) that answers it; `_real_set` checks every answer is on its page, and
 `_documents_real` says what is measured (sources right, files silently empty, pages/s, peak RSS).
 It needs neither Chromium nor LlamaIndex's file readers.
 

@@ -16,9 +16,9 @@ from support.paths import BENCHMARKS
 
 @pytest.fixture(scope="module")
 def real_set() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("real_set", BENCHMARKS / "real_set.py")
+    spec = importlib.util.spec_from_file_location("_real_set", BENCHMARKS / "_real_set.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["real_set"] = module  # its dataclass looks its module up by name
+    sys.modules["_real_set"] = module  # its dataclass looks its module up by name
     spec.loader.exec_module(module)
     return module
 

@@ -2,8 +2,8 @@
 test rather than a surprise the day someone measures.
 
 The benchmarks are found by listing benchmarks/: every script there is one, but the helpers,
-whose names start with `_`, and `real_set.py`, the real-world set's checks, which
-tests/test_real_documents_set.py loads by that name; `real_documents/` is data. A new benchmark
+whose names start with `_` (`_real_set.py`, the real-world set's checks, among them);
+`real_documents/` is data. A new benchmark
 is covered by being put there. Each runs as a user runs it, in its own process
 (`sys.executable`, offline), a few at once: most of a smoke run is imports and waiting on
 loopback servers. Each must exit 0 and end with its JSON line (`benchmarks/_harness.py`).
@@ -34,7 +34,6 @@ from pathlib import Path
 import pytest
 from support.paths import BENCHMARKS, SHARED_DATA
 
-NOT_BENCHMARKS = {"real_set.py"}  # loaded by that name by tests/test_real_documents_set.py
 AT_ONCE = 8  # runs mostly import and wait on servers; more would only add memory (~350 MB each)
 HANGS_AFTER = 600  # seconds: a guard against a hang, never a measure of speed
 # Offline; and one BLAS thread a process: the runs share the cores, and BLAS threads that spin
@@ -50,7 +49,7 @@ pytestmark = [
 
 def benchmarks() -> list[str]:
     names = (p.name for p in BENCHMARKS.glob("*.py"))
-    return sorted(name for name in names if not name.startswith("_") and name not in NOT_BENCHMARKS)
+    return sorted(name for name in names if not name.startswith("_"))
 
 
 def smoke(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
