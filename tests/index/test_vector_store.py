@@ -199,3 +199,20 @@ def test_an_ingest_into_a_foreign_folder_is_still_refused(tmp_path: Path, docs: 
     (tmp_path / "mine" / "thesis.tex").write_text("x")
     with pytest.raises(IngestError, match="folder of other things"):
         ingest([docs], tmp_path / "mine")
+
+
+def test_crag_serve_opens_an_index_whose_vectors_are_on_a_server(
+    chroma_server: str, docs: Path, tmp_path: Path
+) -> None:
+    """`crag serve` opens its index with `[vector_store]`, as `crag ask` does (it had opened it
+    without, and refused the index as if no server were set)."""
+    from crag import Settings
+    from crag.app.server import build_server
+
+    ingest([docs], tmp_path / "index", vector_store=VectorStoreOptions(kind="server", uri=chroma_server))
+    settings = Settings.load(env={}, index={"path": tmp_path / "index"},
+                             vector_store={"kind": "server", "uri": chroma_server},
+                             server={"store": str(tmp_path / "server.db")})
+    served = build_server(settings)
+    assert served.runs.index is not None
+    assert nearest(served.runs.index, "coffee")[0][0]  # its vectors, read from the server

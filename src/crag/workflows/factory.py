@@ -49,6 +49,12 @@ class NoWebSearch:
         return []
 
 
+def open_index(settings: Settings) -> ChunkIndex:
+    """The live version of the index `[index] path` names, its vectors where `[vector_store]`
+    keeps them (a Chroma server's index cannot be opened without)."""
+    return ChunkIndex.load(settings.index.path, vector_store_options(settings))
+
+
 def build_workflow(
     settings: Settings | None = None,
     *,
@@ -70,7 +76,7 @@ def build_workflow(
         wf = build_workflow(Settings.load(), grader=MyGrader())
     """
     settings = settings or Settings.load()
-    index = index if index is not None else ChunkIndex.load(settings.index.path, vector_store_options(settings))
+    index = index if index is not None else open_index(settings)
     embed_model = WordLlamaEmbedding()
     llms = LLMFactory(llm_options(settings))  # every call charged to its run's budget, and ended by its deadline
     use_llm = settings.llm.configured

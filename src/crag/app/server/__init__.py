@@ -83,9 +83,9 @@ def build_server(
         crag_server = build_server(Settings.load())
         uvicorn.run(crag_server.app, host="127.0.0.1", port=8000)
     """
-    from crag.workflows.factory import build_workflow, warm_up_workflow
+    from crag.workflows.factory import build_workflow, open_index, warm_up_workflow
 
-    index = index if index is not None else ChunkIndex.load(settings.index.path)
+    index = index if index is not None else open_index(settings)
     reloads = workflow is None  # a workflow given with components of its own is not rebuilt
     grade_cache = grade_cache_for(settings) if reloads else None  # PostgreSQL's, on a PostgreSQL store
     workflow = workflow or build_workflow(settings, index=index, grade_cache=grade_cache)
@@ -131,7 +131,7 @@ def build_server(
     if reloads:
 
         def rebuild() -> tuple[CorrectiveRAGWorkflow, ChunkIndex]:
-            new_index = ChunkIndex.load(settings.index.path)  # the same cache (and pool) across reloads
+            new_index = open_index(settings)  # the same cache (and pool) across reloads
             return build_workflow(settings, index=new_index, grade_cache=grade_cache), new_index
 
         reloader = IndexReloader(settings.index.path, rebuild, lambda built: runs.serve(*built), upkeep)
