@@ -16,6 +16,11 @@ the held-out one. The same procedure is applied to the hand-set grade it replace
 thresholds fitted on the other folds), so "before" and "after" are measured alike. The weights
 it ships are then fitted on every pair; their in-sample figures are printed too, and labelled
 so. `--write` puts weights, thresholds and figures into the package's `evaluator.json`.
+
+The shipped weights were fitted with numpy's and OpenBLAS's AVX2 kernels. On a machine with
+AVX-512 their sums round otherwise, near-ties in retrieval fall the other way, and a refit moves
+by about 0.006; to reproduce them there, run it with `NPY_DISABLE_CPU_FEATURES="AVX512_SPR
+AVX512_ICL X86_V4" OPENBLAS_CORETYPE=Haswell` (tests/evaluation/test_fit.py does).
 """
 
 from __future__ import annotations
