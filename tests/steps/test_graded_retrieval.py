@@ -90,8 +90,8 @@ async def test_postprocessing_runs_before_grading_so_a_dropped_chunk_is_never_gr
 async def test_a_hop_retrieves_with_one_query_keeps_what_it_is_about_and_grades_against_another() -> None:
     grader = ScoresByText(a=0.9, b=0.1)
     search = retrieval(grader, "a", "b")
-    graded = await search.graded("the bridge", against="the question and the bridge",
-                                 keep=lambda c: c.node.node_id == "b")
+    found = [c for c in await search.find("the bridge") if c.node.node_id == "b"]
+    graded = await search.grade("the question and the bridge", found)
     assert search.retriever.asked == ["the bridge"]  # type: ignore[attr-defined]
     assert grader.asked == [("the question and the bridge", ["b"])]
     assert graded.verdict is Verdict.INCORRECT

@@ -18,7 +18,7 @@ one, `alone` opens a budget and a time limit of its own, as a run would.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llama_index.core.schema import NodeWithScore
@@ -124,35 +124,17 @@ class GradedRetrieval:
             raise ConfigError("this retrieval has no grader: give one to grade what it finds")
         chunks = list(chunks)
         grades = list(await self.grader.grade(against, chunks))
-        return await self.decide(against, chunks, grades, whole=whole)
-
-    async def decide(
-        self, against: str, chunks: list[NodeWithScore], grades: list[Grade], *, whole: bool = False
-    ) -> Graded:
-        """The verdict of chunks already graded (a hop adds web results' grades to its own)."""
         kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
-        reaches_upper = any(g.score >= self.upper for g in grades)
         coverage = None
-        if whole and self.judge is not None and reaches_upper:
+        if whole and self.judge is not None and any(g.score >= self.upper for g in grades):
             pairs = [(c.node.get_content(), context_of(c.node.metadata)) for c in kept]
             coverage = await off_loop(self.judge.coverage, against, pairs)
         verdict = decide_verdict(grades, self.upper, self.lower, coverage=coverage, cover=self.cover)
         return Graded(chunks=chunks, grades=grades, verdict=verdict, kept=kept, coverage=coverage)
 
-    async def graded(
-        self,
-        query: str,
-        *,
-        against: str | None = None,
-        keep: Callable[[NodeWithScore], bool] | None = None,
-        whole: bool = False,
-    ) -> Graded:
-        """Retrieve and postprocess with `query`, keep the chunks `keep` accepts (all by
-        default), and grade them against `against` (default: `query`)."""
-        chunks = await self.find(query)
-        if keep is not None:
-            chunks = [c for c in chunks if keep(c)]
-        return await self.grade(against or query, chunks, whole=whole)
+    async def graded(self, query: str, *, whole: bool = False) -> Graded:
+        """`query`'s chunks, found (`find`) and graded against it (`grade`)."""
+        return await self.grade(query, await self.find(query), whole=whole)
 
     async def alone(self, query: str, *, budget: Budget, timeout: float) -> Graded:
         """`query` graded whole outside a run (MCP's `search`): its model calls under `budget`,

@@ -99,13 +99,14 @@ def build_workflow(
     )
     kind = settings.decomposer.kind
     decomposer = LLMDecomposer(llms.llm, max_tokens=limit.max_tokens_decompose) if pick(kind) else None if kind == "none" else RuleDecomposer()
+    post = postprocess_options(settings)
     defaults = dict(
         retriever=_summary_retriever(settings, index, embed_model, llms, components)
         if settings.retriever.kind == "summary"
         else HybridRetriever(
             index,
             embed_model,
-            top_k=retrieval_depth(postprocess_options(settings), settings.retriever.top_k),
+            top_k=retrieval_depth(post, settings.retriever.top_k),
             mode=settings.retriever.kind,
             candidates=settings.retriever.candidates,
         ),
@@ -123,7 +124,7 @@ def build_workflow(
         bridger=LexicalBridgeFinder(index.term_stats) if isinstance(decomposer, RuleDecomposer) else None,
         web_search=_web_search(settings),
         synthesizer=synthesizer,
-        postprocessors=_postprocessors(settings, index, embed_model, llms, evaluator, components),
+        postprocessors=_postprocessors(settings, post, index, embed_model, llms, evaluator, components),
     )
     unknown = set(components) - set(defaults)
     if unknown:
@@ -218,6 +219,7 @@ def _summary_retriever(
 
 def _postprocessors(
     settings: Settings,
+    options: PostprocessOptions,
     index: ChunkIndex,
     embed_model: WordLlamaEmbedding,
     llms: LLMFactory,
@@ -227,7 +229,6 @@ def _postprocessors(
     """The `[postprocess] stages` (None when the caller passes its own postprocessors)."""
     if components.get("postprocessors") is not None:
         return None
-    options = postprocess_options(settings)
     if components.get("retriever") is None:  # another retriever may bring its own windows
         check_index(options.stages, index.chunker)
     return postprocessors_for(
