@@ -270,10 +270,10 @@ def launch(argv: Sequence[str], cwd: Path | None = None) -> Child:
 
 
 def ingest_env(corpus: Path) -> dict[str, str]:
-    """`CRAG_INGEST__MAX_TEXT_MB` as a user sets it to ingest `corpus`, one .jsonl file, whole:
-    its text in millions of characters (at most its bytes), with a margin. The default, 32,
-    refuses the generated corpus of 100k chunks (88 million characters)."""
-    return {"CRAG_INGEST__MAX_TEXT_MB": str(math.ceil(1.1 * corpus.stat().st_size / 1e6))}
+    """The `[ingest]` settings a generated corpus (one .jsonl file) needs: none. A corpus is read
+    a record at a time, each record held to one document's limits, so the defaults take the
+    100k corpus whole (they refused it when `max_text_mb` bounded the whole file)."""
+    return {}
 
 
 INGEST = ("import sys; from crag.app.cli import main; "

@@ -102,7 +102,17 @@ def _load_punkt():
     bundled = os.path.join(os.path.dirname(llama_index.core.__file__), "_static", "nltk_cache")
     if bundled not in nltk.data.path:
         nltk.data.path.insert(0, bundled)
-    return PunktTokenizer("english")
+    tokenizer = PunktTokenizer("english")
+    tokenizer._params.abbrev_types.update(_ABBREVIATIONS)  # Punkt's only way to add some
+    return tokenizer
+
+
+# Abbreviations Punkt's English tables lack, which technical writing is full of: without them
+# "(e.g. pypdf)" and "Fig. 3 shows" end a sentence. As Punkt keeps them: lower case, no last period.
+_ABBREVIATIONS = frozenset({
+    "i.e", "e.g", "cf", "approx", "fig", "figs", "eq", "eqs", "vol", "vols", "pp", "sec", "secs", "ch", "tab",
+    "ref", "refs", "viz", "resp", "incl", "al", "ca", "nr",
+})
 
 
 def warm_up() -> None:
@@ -129,6 +139,10 @@ SPANS_KEY = "sentence_spans"  # a chunk's metadata key for `sentence_spans`, wri
 def sentences(text: str, spans: Sequence[int] | None = None) -> list[str]:
     """Split text into sentences (Punkt, offline), each stripped, none empty.
 
+    A sentence survives abbreviations ("i.e.", "(e.g.", "Fig. 3") and numbering ("1. Open",
+    "2.1.6 Masks"); a table's row is one sentence (a separator row none); a list, with the line
+    that leads into it ("The steps are:"), is one sentence while it is short (`LIST_CHARS`).
+
     `spans` are the offsets `sentence_spans(text)` gave at ingest: with them nothing is split
     again. Spans that do not fit the text (it was replaced since, e.g. by a sentence window)
     are ignored.
@@ -143,21 +157,108 @@ def sentences(text: str, spans: Sequence[int] | None = None) -> list[str]:
 def sentence_spans(text: str) -> list[int]:
     """`sentences(text)` as flat [start, end, start, end, ...] offsets into the text with its
     whitespace normalized: what ingest stores so that no question splits a chunk again."""
-    spans: list[int] = []
+    return [offset for span in _spans(text) for offset in span]
+
+
+LIST_CHARS = 600
+"""The longest list kept as one sentence with its lead-in: a longer one is a sentence an item."""
+
+# A line that is a list's item ("- red", "• red", "1. Open", "2) Read", "b) Close") or a table's
+# row ("| Berries | 150 |").
+_ITEM = re.compile(r"(?:[-*•▪◦‣·–]|\(?(?:\d{1,3}(?:\.\d{1,3})*|[a-z])[.)])\s")
+_ROW = re.compile(r"\|.*\||.+ \| .+")
+_MARKDOWN_ROW = re.compile(r"\|.*\|")
+_SEPARATOR = re.compile(r"[|:\- ]*-[|:\- ]*")  # a Markdown table's "|---|:--:|"
+_MARKER = re.compile(r"\(?(?:\d{1,3}(?:\.\d{1,3})*|[A-Za-z]|[ivxIVX]{1,4})[.)]?|[-*•▪◦‣·–]")
+# A sentence that ends at a short word with a period and goes on in lower case ("... approx.
+# five"), or at "No." and goes on with a number ("No. 5"): one sentence that Punkt cut.
+_ABBREVIATED = re.compile(r"(?:\b[A-Za-z]{1,6}|(?:\b[A-Za-z]\.)+[A-Za-z])\.$")
+_GOES_ON = re.compile(r"[a-z]")
+_NUMBER_SIGN = re.compile(r"\b(?:No|Nos|Nr|p)\.$")
+# A list's marker that Punkt left at the end of the sentence before its item ("The steps are: 1.").
+_TRAILING_MARKER = re.compile(r"(?<=[:;])\s+\(?(?:\d{1,3}|[a-z])[.)]$")
+
+
+def _spans(text: str) -> list[tuple[int, int]]:
+    flat = _normalized(text)
+    spans: list[tuple[int, int]] = []
     offset = 0
-    for block in _blocks(text):
-        for start, end in _punkt().span_tokenize(block):
-            piece = block[start:end]
-            if piece.strip():
-                lead = len(piece) - len(piece.lstrip())
-                spans += [offset + start + lead, offset + start + len(piece.rstrip())]
+    for block in flat.split("\n\n"):
+        spans += [(offset + start, offset + end) for start, end in _block_spans(block)]
         offset += len(block) + 2  # the "\n\n" that joins blocks in `_normalized`
-    return spans
+    return _lists_whole(flat, spans)
+
+
+def _block_spans(block: str) -> list[tuple[int, int]]:
+    """One paragraph's sentences; its lines are a list's items or a table's rows when it kept
+    them apart (`_blocks`)."""
+    spans: list[tuple[int, int]] = []
+    offset = 0
+    lines = block.split("\n")
+    for line in lines:
+        # A table's row is cells, not sentences: a Markdown row, or a row among rows. A line
+        # alone with a bar in it is prose as often ("Paultons Park | Home of Peppa Pig World").
+        if _MARKDOWN_ROW.fullmatch(line) or (len(lines) > 1 and _ROW.fullmatch(line)):
+            if not _SEPARATOR.fullmatch(line):
+                spans.append((offset, offset + len(line)))
+        else:
+            spans += [(offset + a, offset + b) for a, b in _mended(line, list(_punkt().span_tokenize(line)))]
+        offset += len(line) + 1
+    return [(a, b) for a, b in spans if block[a:b].strip()]
+
+
+def _mended(line: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Punkt's sentences of a line (`spans` into it), joined again where it cut at an
+    abbreviation or a number, and a list's marker moved to the item it numbers."""
+    mended: list[tuple[int, int]] = []
+    for start, end in spans:
+        if mended:
+            before, now = line[mended[-1][0] : mended[-1][1]], line[start:end]
+            marker = _TRAILING_MARKER.search(before)
+            if marker:  # "The steps are: 1." + "Open the file.": the marker goes with its item
+                mended[-1] = (mended[-1][0], mended[-1][0] + marker.start())
+                start = mended[-1][0] + marker.start() + len(marker.group()) - len(marker.group().lstrip())
+            # A list marker alone ("1.", "2.1.6") belongs to what follows it; an abbreviation
+            # followed by lower case does not end a sentence, nor "No." followed by a number.
+            elif (_MARKER.fullmatch(before) or (_ABBREVIATED.search(before) and _GOES_ON.match(now))
+                  or (_NUMBER_SIGN.search(before) and now[:1].isdigit())):
+                mended[-1] = (mended[-1][0], end)
+                continue
+        mended.append((start, end))
+    return mended
+
+
+def _lists_whole(flat: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """A sentence that leads into a list ("The steps are:") joined with all the list's items when
+    the whole is at most `LIST_CHARS`: a list kept whole answers "what are the three ...?"."""
+    joined: list[tuple[int, int]] = []
+    i = 0
+    while i < len(spans):
+        start, end = spans[i]
+        i += 1
+        if flat[start:end].endswith(":"):
+            j = i
+            while j < len(spans) and _ITEM.match(flat[spans[j][0] : spans[j][1]] + " "):
+                j += 1
+            if j - i >= 2 and spans[j - 1][1] - start <= LIST_CHARS:  # a list has two items at least
+                end, i = spans[j - 1][1], j
+        joined.append((start, end))
+    return joined
 
 
 def _blocks(text: str) -> list[str]:
-    """Paragraphs with their whitespace normalized, none empty."""
-    return [block for raw in re.split(r"\n\s*\n", text) if (block := " ".join(raw.split()))]
+    """Paragraphs with their whitespace normalized, none empty; a paragraph whose lines are a
+    list's items or a table's rows (two of them at least) keeps its line breaks, each in place
+    of the space it would be, so that offsets into it are the same either way."""
+    blocks = []
+    for raw in re.split(r"\n\s*\n", text):
+        lines = [" ".join(line.split()) for line in raw.splitlines()]
+        lines = [line for line in lines if line]
+        if not lines:
+            continue
+        structured = sum(bool(_ITEM.match(line + " ") or _ROW.fullmatch(line)) for line in lines) >= 2
+        blocks.append(("\n" if structured else " ").join(lines))
+    return blocks
 
 
 def _normalized(text: str) -> str:
@@ -169,7 +270,8 @@ def _split(text: str) -> tuple[str, ...]:
     # Cached: the chunks a question retrieves are graded, refined and often retrieved again
     # by the next question, and Punkt is the costliest part of scoring them. Chunks ingested
     # with their spans never come here; web results and older indexes do. 8192 of ~1 KB: a few MB.
-    return tuple(s.strip() for block in _blocks(text) for s in _punkt().tokenize(block) if s.strip())
+    flat = _normalized(text)
+    return tuple(flat[start:end] for start, end in _spans(text))
 
 
 @dataclass

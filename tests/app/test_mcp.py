@@ -55,9 +55,9 @@ async def test_over_stdio_ask_answers_with_citations_and_reports_progress(
         answer = result.structured_content
         assert answer is not None and "12-year" in answer["answer"] and "[1]" in answer["answer"]
         assert answer["verdict"] == "correct"
-        assert answer["sources"][0]["number"] == 1 and answer["sources"][0]["citation"] == "Warranty"
+        assert answer["sources"][0]["number"] == 1 and answer["sources"][0]["citation"] == "warranty.md"
         text = result.content[0].text  # what a client without structured output shows
-        assert "12-year" in text and "[1] Warranty" in text
+        assert "12-year" in text and "[1] warranty.md" in text
         messages = [m for _, m in progress]
         assert "grade started" in messages and any(m and m.startswith("synthesize finished") for m in messages)
         assert [d for d, _ in progress] == sorted(d for d, _ in progress)  # progress only grows
@@ -72,7 +72,7 @@ async def test_over_stdio_ask_answers_with_citations_and_reports_progress(
         found = await client.call_tool("search", {"question": ANSWERED, "top_k": 2})
         hits = found.structured_content["chunks"]
         assert len(hits) == 2 and hits[0]["score"] >= hits[1]["score"]
-        assert "12-year" in hits[0]["text"] and hits[0]["source"] == "Warranty"
+        assert "12-year" in hits[0]["text"] and hits[0]["source"] == "warranty.md"
 
         manifest = json.loads((await client.read_resource("crag://index/manifest")).contents[0].text)
         assert manifest["chunks"] == 4 and any(f["name"] == "warranty.md" for f in manifest["files"].values())

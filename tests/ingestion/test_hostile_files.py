@@ -205,6 +205,53 @@ def test_a_linked_secret_is_not_indexed(linked: Path, tmp_path: Path) -> None:
     assert not any("secret" in n.get_content() for n in ChunkIndex.load(tmp_path / "index").nodes)
 
 
+def test_a_file_swapped_for_a_link_after_the_walk_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from crag.ingestion import pipeline
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "good.md").write_text("The lamp runs for ten hours.", encoding="utf-8")
+    (docs / "notes.md").write_text("Nothing here yet.", encoding="utf-8")
+    (tmp_path / "shadow").write_text("root:$6$secret-hash:19000:0:99999:7:::", encoding="utf-8")
+    walk = pipeline.gather_files
+
+    def walk_then_swap(*args: object, **kwargs: object) -> tuple[list[Path], list[str]]:
+        found = walk(*args, **kwargs)
+        (docs / "notes.md").unlink()
+        (docs / "notes.md").symlink_to(tmp_path / "shadow")
+        return found
+
+    monkeypatch.setattr(pipeline, "gather_files", walk_then_swap)
+    report = ingest([docs], tmp_path / "index")
+    assert report.files_read == 1
+    assert report.skipped == [f"{docs / 'notes.md'} became a link after the folder was read; not followed. Left out."]
+    assert not any("secret" in n.get_content() for n in ChunkIndex.load(tmp_path / "index").nodes)
+
+
+def test_a_file_whose_folder_is_swapped_for_a_link_after_the_walk_is_not_read(tmp_path: Path) -> None:
+    from crag.ingestion.readers import gather_files
+    from crag.ingestion.worker import FileReader
+
+    docs = tmp_path / "docs"
+    (docs / "team").mkdir(parents=True)
+    (docs / "team" / "notes.md").write_text("Nothing here yet.", encoding="utf-8")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "notes.md").write_text("root secret", encoding="utf-8")
+    [found], _ = gather_files([docs])
+    (docs / "team").rename(docs / "old")
+    (docs / "team").symlink_to(tmp_path / "etc")  # notes.md itself is no link: the folder above it is
+    with FileReader() as reader, pytest.raises(IngestError, match="is no longer the file found when the folder"):
+        reader.read(found)
+
+
+def test_a_link_named_on_the_command_line_is_read_as_named(tmp_path: Path) -> None:
+    (tmp_path / "real.md").write_text("The lamp runs for ten hours.", encoding="utf-8")
+    (tmp_path / "link.md").symlink_to(tmp_path / "real.md")
+    assert ingest([tmp_path / "link.md"], tmp_path / "index").files_read == 1
+
+
 # --- time and memory: the reader's process is stopped, the ingest goes on ------------------------
 
 

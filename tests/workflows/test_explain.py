@@ -11,9 +11,11 @@ from support.paths import SAMPLES
 from crag import CorrectiveRAGWorkflow, Settings, build_workflow
 from crag.app.cli import main
 from crag.app.render import graph_html, trace_html
-from crag.events import CragResult
+from crag.app.render.explain import strips_html
+from crag.events import CragResult, Grade, Strip, Verdict
 from crag.steps.grading.learned import shipped_model
-from crag.trace import RunTrace
+from crag.trace import Explanation, RunTrace, StepRecord
+from crag.workflows.explain import explain
 
 INCORRECT = "Who invented the lithium-ion battery?"
 AMBIGUOUS = "What cathode does the Helio H10 battery use?"
@@ -90,3 +92,31 @@ def test_crag_ask_names_the_fix_once_on_stderr(
         assert main(["ask", INCORRECT, "--index", str(sample_index_dir), *quiet]) == 0
         err = capsys.readouterr().err
         assert err.count("give --web-corpus") == 1, err
+
+
+def explained(hops: list[dict], kept: list[Strip], dropped: list[Strip]) -> Explanation:
+    record = StepRecord(name="hop", input_event="KnowledgeEvent", started=0.0,
+                        details={"hops": hops, "dropped": dropped})
+    return explain(verdict=Verdict.CORRECT, grades=[Grade(chunk_id="c1", score=0.9, grader="lexical")], upper=0.6,
+                   lower=0.3, rewritten_query=None, web=False, records=[record], kept=kept, answer="", sources=[],
+                   degraded=[])
+
+
+def hop(bridge: str, strips: int) -> dict:
+    return {"question": f"{bridge} author", "bridge": bridge, "found_in": "llncs", "verdict": "correct",
+            "searched": False, "strips": strips, "found": []}
+
+
+def test_a_hop_is_told_once_and_only_when_it_brought_strips() -> None:
+    strips = [Strip(text="It is a class.", source_id="c1", kind="internal", score=0.9)]
+    assert "hopped to" not in explained([hop("llncsdoc", 0)], strips, []).rule
+    rule = explained([hop("llncsdoc", 2), hop("llncsdoc", 2)], strips, []).rule
+    assert rule.count("hopped to “llncsdoc”") == 1
+
+
+def test_a_strip_is_listed_once() -> None:
+    one = Strip(text="It is a class.", source_id="c1", kind="internal", score=0.9)
+    other = Strip(text="It has options.", source_id="c1", kind="internal", score=0.5)
+    ex = explained([], [one, one.model_copy(update={"hop": 1}), one], [one, other, other])
+    assert [(s.text, s.kept) for s in ex.strips] == [("It is a class.", True), ("It has options.", False)]
+    assert strips_html(ex).count("It is a class.") == 1

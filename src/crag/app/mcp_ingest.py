@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from crag.config import Settings
     from crag.ingestion.pipeline import IngestReport
 
+_log = logging.getLogger(__name__)
 EVERY = 0.25  # seconds between progress notifications within a stage: embedding reports often
 
 
@@ -62,6 +64,11 @@ def add_ingest_tool(server: MCPServer, engine: Engine) -> None:
                 )
             except CragError as exc:
                 raise ToolError(redact(str(exc))) from None
+            except Exception as exc:  # noqa: BLE001 - said to the caller, logged with where
+                # A bug of crag's: the caller reads what it was, not only "Error executing tool
+                # ingest" (the SDK's line for anything but a ToolError); the log keeps where.
+                _log.error("ingest failed", exc_info=exc)
+                raise ToolError(redact(f"internal error: {type(exc).__name__}: {exc}")) from None
         engine.replace(workflow)
         return IngestOutput(
             files_read=report.files_read,

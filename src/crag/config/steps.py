@@ -128,3 +128,8 @@ class WebSearchSettings(Section):
 class SynthesizerSettings(Section):
     kind: Literal["auto", "extractive", "llm"] = "auto"
     max_sentences: int = Field(3, gt=0)
+    max_chars: int | None = Field(
+        300, gt=0,
+        description="Offline answers: characters the answer runs to (its first sentence is always whole); "
+        "unset: no bound, max_sentences alone.",
+    )

@@ -3,10 +3,15 @@ device, a socket, a sparse file, one over `ingest.max_file_mb`), then read in bo
 
 A 3 GB sparse .txt takes no disk and was read whole (6.3 GB of memory) before it was found to
 be binary; a named pipe would wait for a writer forever. Both are refused by type and size.
+
+A file found in a folder is opened as the walk saw it (`WalkedPath`): not through a link, and
+only if it is still the same file (device and inode). Only the walk checked links, and a file
+swapped for a link to /etc/shadow while the ingest ran was read, indexed and quoted.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -51,6 +56,38 @@ class ReadLimits:
     max_ocr_pages: int = 500
 
 
+@dataclass(frozen=True)
+class Seen:
+    """The file a folder walk found at a path: its device and inode, and whether the walk
+    reached it through a link (`ingest.symlinks = "inside"`)."""
+
+    device: int
+    inode: int
+    through_link: bool = False
+
+
+class WalkedPath(type(Path())):  # type: ignore[misc] - PosixPath or WindowsPath (Path is not subclassable before 3.12)
+    """A path found by a folder walk, with what the walk saw there: `open_checked` opens that
+    file or none. A path made from it (`.parent`, `.resolve()`) saw nothing."""
+
+    seen: Seen | None = None
+
+
+def walked(path: str | Path, seen: Seen | None) -> Path:
+    """`path`, remembering what the walk saw there (where the platform can check it again:
+    without O_NOFOLLOW, a plain path)."""
+    if seen is None or not hasattr(os, "O_NOFOLLOW"):
+        return Path(path)
+    found = WalkedPath(path)
+    found.seen = seen
+    return found
+
+
+def seen_by_walk(path: Path) -> Seen | None:
+    """What the folder walk saw at `path`; None for a path named directly (read as named)."""
+    return getattr(path, "seen", None)
+
+
 def special_kind(mode: int) -> str | None:
     """What a file that is not a regular one is ("a named pipe", "a device"...); None for a
     regular file."""
@@ -76,17 +113,28 @@ def refusal(path: Path, status: os.stat_result, limits: ReadLimits) -> str | Non
 
 
 def open_checked(path: Path, limits: ReadLimits) -> BinaryIO:
-    """`path` opened for reading, or an `IngestError` saying why it may not be read."""
+    """`path` opened for reading, or an `IngestError` saying why it may not be read. A path the
+    walk found (`walked`) is opened without following a link, and must still be its file."""
+    seen = seen_by_walk(path)
+    # Non-blocking: a pipe put where the walk saw a file must not hold the open itself.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    if seen is not None and not seen.through_link:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        # Non-blocking: a pipe put where the walk saw a file must not hold the open itself.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        fd = os.open(path, flags)
     except OSError as exc:
+        if seen is not None and exc.errno == errno.ELOOP:
+            raise IngestError(f"{path} became a link after the folder was read; not followed. Left out.") from None
         raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
     try:
-        reason = refusal(path, os.fstat(fd), limits)
+        status = os.fstat(fd)
+        reason = refusal(path, status, limits)
     except OSError as exc:
         os.close(fd)
         raise IngestError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    if reason is None and seen is not None and (status.st_dev, status.st_ino) != (seen.device, seen.inode):
+        reason = (f"{path} is no longer the file found when the folder was read (it, or a folder "
+                  "above it, was replaced); left out, and read again by the next ingest.")
     if reason is not None:
         os.close(fd)
         raise IngestError(reason)

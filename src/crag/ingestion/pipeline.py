@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from llama_index.core.node_parser import NodeParser, SentenceSplitter
 from llama_index.core.schema import Document
+from llama_index.core.utils import get_tokenizer
 
 from crag.errors import ConfigError, IndexNotFoundError, IngestError
 from crag.index import VectorStoreOptions
+from crag.index.lexical import ChunkTerms
 from crag.index.store import (
     POINTER,
     ChunkIndex,
@@ -20,14 +23,17 @@ from crag.index.store import (
     load_format1,
     writer_lock,
 )
+from crag.ingestion.batches import NewChunks, SummaryFailed
+from crag.ingestion.chunk_metadata import HIDDEN_KEYS, METADATA_SHARE, fit_metadata, hide
+from crag.ingestion.cleaning import clean
 from crag.ingestion.custom import Reader, UserReader, load_readers
 from crag.ingestion.files import ReadLimits, file_digest
-from crag.ingestion.formats import LOCATION_KEYS
+from crag.ingestion.formats.records import RECORD_SUFFIXES, RecordsRead, stream_records
 from crag.ingestion.given import fingerprint, manifest_key, prepare, shown_id
-from crag.ingestion.readers import KINDS, gather_files
+from crag.ingestion.readers import KINDS, PARAGRAPH_LIMIT, bounded_paragraphs, gather_files
+from crag.ingestion.spilled import Chained, SpilledNodes
 from crag.ingestion.worker import FileReader
 from crag.models import WordLlamaEmbedding
-from crag.text import SPANS_KEY, sentence_spans
 from crag.trace import file_id
 
 
@@ -35,7 +41,8 @@ from crag.trace import file_id
 class IngestReport:
     """What one ingest did: files read, unchanged, skipped and empty (each of the last two with
     its one-line reason); `documents` counts the documents read (from files, or given and
-    changed). An empty file (no text once read) is not counted as read, nor recorded as
+    changed). A .jsonl, .csv or .tsv file read with some records left out counts as read, with
+    a line in `skipped` naming them (`files_partly_read` counts those files). An empty file (no text once read) is not counted as read, nor recorded as
     ingested: the next ingest reads it again."""
 
     files_read: int = 0
@@ -46,19 +53,15 @@ class IngestReport:
     chunks_total: int = 0
     skipped: list[str] = field(default_factory=list)
     empty: list[str] = field(default_factory=list)
+    files_partly_read: int = 0  # read, with records left out: each has its line in `skipped`
 
     @property
     def files_skipped(self) -> int:
-        return len(self.skipped)
+        return len(self.skipped) - self.files_partly_read
 
     @property
     def files_empty(self) -> int:
         return len(self.empty)
-
-
-# Where a chunk sits (page, slide, cell...) is carried to its citation, not into the text the
-# splitter budgets for or a model reads: "page: 12" is not knowledge. A section heading stays.
-HIDDEN_KEYS = ("file", "doc_id", *(k for k in LOCATION_KEYS if k != "section"), "cell_type", "ocr")
 
 
 DEFAULT_INDEX = Path(".crag/index")  # where `crag ingest` writes without a crag.toml
@@ -134,8 +137,9 @@ def ingest(
     check_index_folder(index_dir)  # before the work, not after it
     created = not index_dir.exists()
     try:
-        with writer_lock(index_dir), FileReader(limits, extra) as reader:
-            return _ingest(list(paths or []), index_dir, given=documents, readers=extra, reader=reader, embed_model=embed_model, chunk_size=chunk_size,
+        with writer_lock(index_dir), FileReader(limits, extra) as reader, closing(SpilledNodes(index_dir)) as spill:
+            return _ingest(list(paths or []), index_dir, given=documents, readers=extra, reader=reader, spill=spill,
+                           embed_model=embed_model, chunk_size=chunk_size,
                            chunk_overlap=chunk_overlap, progress=progress, node_parser=node_parser,
                            chunker=chunker, summarize=summarize, vector_store=vector_store)
     finally:
@@ -151,6 +155,7 @@ def _ingest(
     given: Iterable[Document] | None,
     readers: dict[str, Reader],
     reader: FileReader,
+    spill: SpilledNodes,
     embed_model: WordLlamaEmbedding | None,
     chunk_size: int,
     chunk_overlap: int,
@@ -198,7 +203,10 @@ def _ingest(
     changed: dict[str, dict] = {}
     emptied: set[str] = set()  # files ingested before that now give no text: their chunks go
     empty_names: list[str] = []
-    documents: list[Document] = []
+    room = int(getattr(node_parser, "chunk_size", chunk_size) * METADATA_SHARE)
+    tokens = get_tokenizer()
+    new = NewChunks(node_parser, lambda: embed_model or WordLlamaEmbedding(),
+                    lambda: index.chunk_terms() if len(index) else ChunkTerms.empty(), spill, progress, summarize)
     if progress:
         progress("read", 0, len(files))
     for number, file in enumerate(files, start=1):
@@ -210,6 +218,7 @@ def _ingest(
             if progress:
                 progress("read", number, len(files))
             continue
+        mark = None
         try:
             digest = file_digest(file, reader.limits)  # a piece at a time, refused by type and size first
             if entry and entry["sha256"] == digest:  # touched, not changed
@@ -217,15 +226,30 @@ def _ingest(
                 if progress:
                     progress("read", number, len(files))
                 continue
-            pages_read = (lambda done, total: progress("ocr", done, total)) if progress else None
-            docs, digest = reader.read(file, pages_read)  # bounded in time and memory
+            if file.suffix.lower() in RECORD_SUFFIXES and file.suffix.lower() not in readers:
+                found, mark = RecordsRead(), new.mark()  # read as it is cut: a failure drops what it added
+                records = map(_as_read, stream_records(file, reader.limits, found))
+                added = new.add(_prepared(records, key, room, tokens))
+                digest = found.sha256
+                if not added and found.left_out:  # no record read: the file is left out, as one that cannot be
+                    raise IngestError(f"{file}:{found.left_out[0][0]}: {found.left_out[0][1]}.")
+                if (line := found.line(file)) is not None:
+                    report.skipped.append(line)
+                    report.files_partly_read += 1
+            else:
+                pages_read = (lambda done, total: progress("ocr", done, total)) if progress else None
+                docs, digest = reader.read(file, pages_read)  # bounded in time and memory
+                added = new.add(_prepared(docs, key, room, tokens))
+        except SummaryFailed:
+            raise
         except IngestError as exc:  # this file is left out; the others still go in
+            if mark is not None:
+                new.drop_since(mark)
             report.skipped.append(str(exc))
             if progress:
                 progress("read", number, len(files))
             continue
-        docs = [doc for doc in docs if doc.text.strip()]
-        if not docs:  # said, and not recorded: a file must never count as read and give nothing
+        if not added:  # said, and not recorded: a file must never count as read and give nothing
             report.empty.append(f"{file} has no text to index (empty, only whitespace, or its text is "
                                 "in images); not recorded, so the next ingest reads it again.")
             empty_names.append(file.name)
@@ -234,16 +258,7 @@ def _ingest(
             if progress:
                 progress("read", number, len(files))
             continue
-        for doc in docs:
-            # The file's id, not its path: a chunk's metadata reaches events and replies. The
-            # manifest keeps the path (`key`), to find the file again; the id is its hash.
-            doc.metadata["file"] = file_id(key)
-            # The splitter subtracts the metadata text it would embed from each chunk's
-            # budget; the file's path must not count, or where the corpus lives changes
-            # the chunk boundaries (and every retrieval result after them).
-            doc.excluded_embed_metadata_keys = list(HIDDEN_KEYS)
-            doc.excluded_llm_metadata_keys = list(HIDDEN_KEYS)
-        documents.extend(docs)
+        report.documents += added
         changed[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
         report.files_read += 1
         if progress:
@@ -257,12 +272,11 @@ def _ingest(
             continue
         doc.metadata["file"] = file_id(key)  # its chunks are replaced when it changes, as a file's are
         doc.id_ = shown_id(doc.doc_id)  # answers show it; the manifest's key keeps the given id
-        doc.excluded_embed_metadata_keys = sorted({*doc.excluded_embed_metadata_keys, *HIDDEN_KEYS})
-        doc.excluded_llm_metadata_keys = sorted({*doc.excluded_llm_metadata_keys, *HIDDEN_KEYS})
-        documents.append(doc)
+        hide(doc, HIDDEN_KEYS)
+        fit_metadata(doc, room, tokens)
+        report.documents += new.add([doc])
         changed[key] = entry
 
-    report.documents = len(documents)
     if not changed and not report.files_unchanged and not report.documents_unchanged:
         if report.skipped:
             raise IngestError(_nothing_read(report.skipped + report.empty))
@@ -276,33 +290,24 @@ def _ingest(
         report.chunks_total = len(index)
         return report
 
-    new_nodes = node_parser.get_nodes_from_documents(documents)
-    for node in new_nodes:
-        node.metadata["doc_id"] = node.ref_doc_id
-        # Split once, here: the grader and refiner read these instead of splitting again.
-        node.metadata[SPANS_KEY] = sentence_spans(node.get_content())
-        hidden = {*HIDDEN_KEYS, SPANS_KEY}
-        # Extend, not replace: a parser's own hidden keys (a sentence window) stay hidden.
-        node.excluded_embed_metadata_keys = sorted({*node.excluded_embed_metadata_keys, *hidden})
-        node.excluded_llm_metadata_keys = sorted({*node.excluded_llm_metadata_keys, *hidden})
-    embed_model = embed_model or WordLlamaEmbedding()
-    vectors = _embed(embed_model, [n.get_content() for n in new_nodes], progress)
-
-    old_nodes = list(index.nodes)  # parsed once: an incremental ingest reads the old chunks
+    new.flush()
     # A document id seen again in a changed file replaces its old chunks, wherever they came from.
-    new_doc_ids = {d.doc_id for d in documents}
+    new_doc_ids = new.doc_ids
     gone = {file_id(key) for key in changed.keys() | emptied}
+    old_nodes = list(index.nodes)  # parsed once: an incremental ingest reads the old chunks
     keep = [i for i, n in enumerate(old_nodes)
             if file_id(n.metadata.get("file") or "") not in gone and n.ref_doc_id not in new_doc_ids]
     kept_nodes = [old_nodes[i] for i in keep]
+    del old_nodes
     # Summaries of unchanged documents stay; those of changed ones are stale.
     kept_docs = {n.ref_doc_id for n in kept_nodes}
     summaries = {d: s for d, s in index.summaries.items() if d in kept_docs}
-    if summarize is not None:
-        summaries.update(summarize(documents))
+    summaries.update(new.summaries)
+    new_nodes, vectors = new.nodes, new.vectors()
+    rows = np.concatenate([np.asarray(keep, np.int64), len(index) + np.arange(len(new_nodes))])
     merged = ChunkIndex(
-        nodes=kept_nodes + new_nodes,
-        embeddings=np.vstack([np.asarray(index.embeddings[keep]), vectors]).astype(np.float32),
+        nodes=Chained(kept_nodes, new_nodes),
+        embeddings=np.concatenate([np.asarray(index.embeddings[keep], np.float32), vectors]),
         manifest={k: v for k, v in {**index.manifest, **changed}.items() if k not in emptied},
         chunker=chunker,
         summaries=summaries,
@@ -312,11 +317,33 @@ def _ingest(
     if not merged.nodes:
         names = ", ".join(Path(k).name for k in list(changed)[:3]) + ("..." if len(changed) > 3 else "")
         raise IngestError(f"No text to index in {names}: the files are empty or only whitespace.")
-    # Only the new chunks are analyzed; the kept ones' terms are read back.
-    merged.save(index_dir, terms=index.chunk_terms().select(keep).extended(n.get_content() for n in new_nodes))
+    # Only the new chunks were analyzed, as they were cut; the kept ones' terms are read back.
+    merged.save(index_dir, terms=new.terms.select(rows))
     report.chunks_added = len(new_nodes)
     report.chunks_total = len(merged)
     return report
+
+
+def _prepared(documents: Iterable[Document], key: str, room: int, tokens: Callable[[str], list]) -> Iterator[Document]:
+    """A file's documents as the index keeps them: its id, and metadata that leaves a chunk room."""
+    for doc in documents:
+        # The file's id, not its path: a chunk's metadata reaches events and replies. The
+        # manifest keeps the path (`key`), to find the file again; the id is its hash.
+        doc.metadata["file"] = file_id(key)
+        # The splitter subtracts the metadata text it would embed from each chunk's budget; the
+        # file's path must not count, or where the corpus lives changes the chunk boundaries
+        # (and every retrieval result after them); nor may a long value crowd the text out.
+        hide(doc, HIDDEN_KEYS)
+        fit_metadata(doc, room, tokens)
+        yield doc
+
+
+def _as_read(document: Document) -> Document:
+    """A record as `read_documents` gives every document: cleaned, its paragraphs bounded."""
+    clean(document)
+    if len(document.text) > PARAGRAPH_LIMIT:
+        document.set_content(bounded_paragraphs(document.text))
+    return document
 
 
 def _nothing_read(skipped: list[str]) -> str:
@@ -325,14 +352,3 @@ def _nothing_read(skipped: list[str]) -> str:
         return skipped[0]
     return f"None of the {len(skipped)} files could be read: " + " | ".join(skipped)
 
-
-def _embed(model: WordLlamaEmbedding, texts: list[str], progress: ProgressCallback | None) -> np.ndarray:
-    batch = 256
-    parts = []
-    if progress:
-        progress("embed", 0, len(texts))
-    for start in range(0, len(texts), batch):
-        parts.append(model.embed_many(texts[start : start + batch]))
-        if progress:
-            progress("embed", min(start + batch, len(texts)), len(texts))
-    return np.vstack(parts) if parts else np.zeros((0, 256), dtype=np.float32)

@@ -1,12 +1,12 @@
 """Readers for the file types `crag ingest` accepts, keyed by suffix in `READERS`: text
-(.txt, .md, .html, .jsonl) here, documents (PDF, Word, PowerPoint, notebooks, CSV/TSV) in
-`crag.ingestion.formats`, and images (.png, .jpg, .tif) when the `ocr` extra can read them."""
+(.txt, .md, .html) here, documents (PDF, Word, PowerPoint, notebooks) and containers of records
+(.jsonl, CSV/TSV) in `crag.ingestion.formats`, and images (.png, .jpg, .tif) when the `ocr` extra can read them."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -14,7 +14,7 @@ from llama_index.core.schema import Document
 
 from crag.errors import IngestError
 from crag.ingestion.cleaning import clean
-from crag.ingestion.files import MB, ReadLimits, read_checked, special_kind
+from crag.ingestion.files import MB, ReadLimits, Seen, read_checked, special_kind, walked
 from crag.ingestion.formats import decode_text, doc_id
 from crag.ingestion.formats.archive import unpack_limit
 from crag.ingestion.formats.docx import read_docx
@@ -22,9 +22,12 @@ from crag.ingestion.formats.epub import read_epub
 from crag.ingestion.formats.html import html_text
 from crag.ingestion.formats.notebook import read_notebook
 from crag.ingestion.formats.ocr import IMAGE_SUFFIXES, OcrLimits, installed, ocr_limits, read_image
+from crag.ingestion.formats.ocr import INSTALL as OCR_INSTALL
 from crag.ingestion.formats.pdf import read_pdf
+from crag.ingestion.formats.records import read_records
 from crag.ingestion.formats.slides import read_slides
 from crag.ingestion.formats.table import read_table
+from crag.ingestion.formats.xlsx import read_xlsx
 
 Reader = Callable[[Path, bytes], Iterable[Document]]
 """`reader(path, data)`: the Documents in one file's bytes; `IngestError` when it cannot."""
@@ -35,7 +38,8 @@ def _read_text(path: Path, data: bytes) -> Iterator[Document]:
 
 
 READERS: dict[str, Reader] = {
-    **dict.fromkeys((".txt", ".md", ".markdown", ".html", ".htm", ".jsonl"), _read_text),
+    **dict.fromkeys((".txt", ".md", ".markdown", ".html", ".htm"), _read_text),
+    ".jsonl": read_records,
     ".pdf": read_pdf,
     ".docx": read_docx,
     ".epub": read_epub,
@@ -43,8 +47,10 @@ READERS: dict[str, Reader] = {
     ".ipynb": read_notebook,
     ".csv": read_table,
     ".tsv": read_table,
+    ".xlsx": read_xlsx,
+    ".xlsm": read_xlsx,
 }
-KINDS = ".txt, .md, .html, .jsonl, .pdf, .docx, .epub, .pptx, .ipynb, .csv or .tsv"
+KINDS = ".txt, .md, .html, .jsonl, .pdf, .docx, .epub, .pptx, .ipynb, .csv, .tsv or .xlsx"
 """The supported types, as a sentence names them."""
 if installed():  # without the extra a folder's photos are passed over, not each skipped with a line
     READERS.update(dict.fromkeys(IMAGE_SUFFIXES, read_image))
@@ -63,16 +69,22 @@ def gather_files(
 ) -> tuple[list[Path], list[str]]:
     """Every supported file under `paths`, sorted, and a line for each one passed over: a link
     (followed only with `symlinks="inside"`, and only to a place inside the folder given), a
-    pipe, a device or a socket. A path named in `paths` is read as named, a link too."""
+    pipe, a device or a socket; and a line for each type crag does not read ("12 .zip files").
+    A path named in `paths` is read as named, a link too; a file found in a folder is a
+    `WalkedPath`, opened only as the walk saw it (`crag.ingestion.files.open_checked`).
+
+    Hidden files and folders (".git", ".DS_Store") are walked for supported files, but their
+    others are not counted: a repository's objects are not documents anyone left out."""
     supported = (*SUPPORTED, *extra)
     found: list[Path] = []
     passed: list[str] = []
+    unread: dict[str, list[Path]] = {}  # suffix -> the files of a type crag does not read
     for path in paths:
         if not path.exists():
             raise IngestError(f"{path} does not exist.")
         if path.is_dir():
             inside: list[Path] = []
-            _walk(path, path.resolve(), supported, symlinks, set(), inside, passed)
+            _walk(path, path.resolve(), supported, symlinks, set(), inside, passed, unread)
             found.extend(sorted(inside))
         elif not path.is_file():  # a FIFO or a device: reading it could wait forever
             raise IngestError(f"{path} is not a regular file (a pipe or a device); "
@@ -92,12 +104,28 @@ def gather_files(
             raise IngestError(
                 f"{path}: the file's name is not UTF-8; rename it, or leave it out."
             ) from None
-    return found, passed
+    return found, passed + _not_read(unread, extra)
+
+
+def _not_read(unread: dict[str, list[Path]], extra: Collection[str]) -> list[str]:
+    """One line per type crag does not read, the most common first, naming its first file."""
+    kinds = KINDS if not extra else f"{KINDS.replace(' or ', ', ')}, {', '.join(extra)}"
+    lines = []
+    for suffix, files in sorted(unread.items(), key=lambda item: (-len(item[1]), item[0])):
+        more = len(files) - 1
+        kind = f"{suffix} file{'s' * (more > 1)}" if suffix else f"file{'s' * (more > 1)} without a suffix"
+        named = f"{files[0]}" if not more else f"{files[0]} and {more} more {kind}"
+        if suffix in IMAGE_SUFFIXES:  # only without the ocr extra
+            lines.append(f"{named}: not read; the text in images needs the ocr extra ({OCR_INSTALL}).")
+        else:
+            lines.append(f"{named}: not read; crag reads {kinds} (ingest.readers adds a type).")
+    return lines
 
 
 def _walk(folder: Path, root: Path, supported: tuple[str, ...], symlinks: str, seen: set[Path],
-          found: list[Path], passed: list[str]) -> None:
-    """Fill `found` with the supported files under `folder`, not following a link out of `root`."""
+          found: list[Path], passed: list[str], unread: dict[str, list[Path]], hidden: bool = False) -> None:
+    """Fill `found` with the supported files under `folder`, not following a link out of `root`,
+    and `unread` with the others (unless hidden)."""
     if folder.resolve() in seen:  # a link back to a folder already walked
         return
     seen.add(folder.resolve())
@@ -109,7 +137,10 @@ def _walk(folder: Path, root: Path, supported: tuple[str, ...], symlinks: str, s
     for entry in entries:
         path = Path(entry.path)
         is_dir = entry.is_dir()  # of the link's target, for a link
+        is_hidden = hidden or entry.name.startswith(".")
         if not is_dir and path.suffix.lower() not in supported:
+            if not is_hidden:
+                unread.setdefault(path.suffix.lower(), []).append(path)
             continue
         if entry.is_symlink():
             target = path.resolve()
@@ -122,18 +153,18 @@ def _walk(folder: Path, root: Path, supported: tuple[str, ...], symlinks: str, s
                 passed.append(f"{path} is a link out of {root} (to {target}), not followed.")
                 continue
         if is_dir:
-            _walk(path, root, supported, symlinks, seen, found, passed)
+            _walk(path, root, supported, symlinks, seen, found, passed, unread, is_hidden)
             continue
         try:
-            mode = entry.stat().st_mode
+            status = entry.stat()
         except OSError:  # a dangling link
             passed.append(f"{path} is a link to nothing ({os.readlink(path)}); leave it out.")
             continue
-        kind = special_kind(mode)
+        kind = special_kind(status.st_mode)
         if kind is not None:
             passed.append(f"{path} is {kind}, not a regular file; reading it could wait forever. Leave it out.")
-        else:
-            found.append(path)
+        else:  # what the walk saw, checked again as it is opened: a link swapped in is not read
+            found.append(walked(entry.path, Seen(status.st_dev, status.st_ino, entry.is_symlink())))
 
 
 # The longest stretch between paragraph breaks that a splitter is given. NLTK's Punkt runs
@@ -165,7 +196,8 @@ def read_documents(
         data = read_checked(path, limits)[0]
     documents, text = [], 0
     token = unpack_limit.set(int(limits.max_unpacked_mb * MB))
-    ocr_token = ocr_limits.set(OcrLimits(limits.max_ocr_pages, ocr_progress))
+    deadline = time.monotonic() + limits.max_seconds  # the file's whole time: OCR stops there
+    ocr_token = ocr_limits.set(OcrLimits(limits.max_ocr_pages, ocr_progress, deadline, limits.max_seconds))
     try:
         for document in reader(path, data):
             clean(document)  # every reader's text as typed, its labels fit to cite
@@ -206,9 +238,6 @@ def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
     if "\x00" in text:
         raise IngestError(f"{path} looks binary (it contains NUL bytes); leave it out.")
     suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        yield from _jsonl_documents(path, text)
-        return
     if suffix in (".md", ".markdown"):
         yield from _markdown_documents(path, text)
         return
@@ -217,7 +246,8 @@ def _text_documents(path: Path, raw: bytes) -> Iterator[Document]:
         title, text, _ = html_text(text)
         title = title or path.stem
     if text.strip():
-        yield Document(text=text, id_=doc_id(path, 0), metadata={"title": title, "file": str(path)})
+        metadata = {"title": title, "file": str(path), "file_name": path.name}
+        yield Document(text=text, id_=doc_id(path, 0), metadata=metadata)
 
 
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$")
@@ -227,6 +257,13 @@ _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 # quoted as an answer. Tags in `code spans` and indented code are text, and stay.
 _TAG = re.compile(r"<!--.*?-->|</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>")
 _CODE_SPAN = re.compile(r"(`+).*?\1")
+# A heading's inline marks, as rendered: "*Partially* formatted `to_escape`" is a label's words, not its markup.
+_HEADING_MARKS = (
+    (re.compile(r"(`+)\s*(.+?)\s*\1"), r"\2"),  # a code span
+    (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),  # a link or an image: its text
+    (re.compile(r"(\*{1,3})(?=\S)(.+?)(?<=\S)\1"), r"\2"),  # *emphasis*, **strong**
+    (re.compile(r"(?<!\w)(_{1,3})(?=\S)(.+?)(?<=\S)\1(?!\w)"), r"\2"),  # _emphasis_, not snake_case
+)
 
 
 def _without_tags(line: str) -> str:
@@ -240,10 +277,16 @@ def _without_tags(line: str) -> str:
     return "".join([*out, _TAG.sub("", line[end:])])
 
 
+def _heading_text(heading: str) -> str:
+    for mark, kept in _HEADING_MARKS:
+        heading = mark.sub(kept, heading)
+    return heading.strip()
+
+
 def _markdown_documents(path: Path, text: str) -> Iterator[Document]:
     """One document per section: headings become metadata (the file's title, the section's
-    heading path), never text, so "# Beta" cannot reach an answer as a sentence; raw HTML tags
-    outside code are left out."""
+    heading path) without their inline marks, never text, so "# Beta" cannot reach an answer as
+    a sentence; raw HTML tags outside code are left out."""
     sections: list[tuple[list[str], list[str]]] = [([], [])]
     trail: list[tuple[int, str]] = []  # (level, heading) of the enclosing headings
     fenced = False
@@ -255,7 +298,7 @@ def _markdown_documents(path: Path, text: str) -> Iterator[Document]:
             sections[-1][1].append(line if fenced else _without_tags(line))
             continue
         level = len(heading.group(1))
-        trail = [(lv, h) for lv, h in trail if lv < level] + [(level, heading.group(2).strip())]
+        trail = [(lv, h) for lv, h in trail if lv < level] + [(level, _heading_text(heading.group(2)))]
         sections.append(([h for _, h in trail], []))
     headings = [h for trail_, _ in sections for h in trail_[-1:]]
     title = headings[0] if headings else path.stem
@@ -264,42 +307,9 @@ def _markdown_documents(path: Path, text: str) -> Iterator[Document]:
         body = "\n".join(lines).strip()
         if not body:
             continue
-        metadata = {"title": title, "file": str(path)}
+        metadata = {"title": title, "file": str(path), "file_name": path.name}  # cited, linked like any file
         if trail_ and trail_ != [title]:
             metadata["section"] = " / ".join(trail_)
         yield Document(text=body, id_=doc_id(path, number), metadata=metadata)
         number += 1
 
-
-def _jsonl_documents(path: Path, text: str) -> Iterator[Document]:
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            doc_id, body = record["doc_id"], record["text"]
-            json.dumps(record, ensure_ascii=False).encode("utf-8")  # the index must write it back
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise IngestError(
-                f"{path}:{number}: expected a JSON object with 'doc_id' and 'text' ({exc})."
-            ) from None
-        except RecursionError:
-            raise IngestError(
-                f"{path}:{number}: JSON nested too deeply to read; expected a flat object."
-            ) from None
-        except UnicodeEncodeError:  # a "\ud800" escape decodes to a lone surrogate
-            raise IngestError(
-                f"{path}:{number}: holds a lone surrogate (a \\ud800-\\udfff escape with no pair), "
-                "which is not text; fix or remove that escape."
-            ) from None
-        if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():
-            raise IngestError(f"{path}:{number}: 'doc_id' must be a non-empty string (got {json.dumps(doc_id)}).")
-        if not isinstance(body, str):
-            raise IngestError(f"{path}:{number}: 'text' must be a string (got {json.dumps(body)[:40]}).")
-        doc_id = str(doc_id)
-        if not body.strip():
-            continue  # nothing to index, as for an empty .txt file
-        metadata = {"title": str(record.get("title") or doc_id), "file": str(path)}
-        if record.get("url"):
-            metadata["url"] = str(record["url"])
-        yield Document(text=body, id_=doc_id, metadata=metadata)

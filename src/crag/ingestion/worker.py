@@ -4,8 +4,10 @@ what it starts with), and the file is skipped with its reason while the ingest g
 
 A hostile PDF (22 KB, a content stream of 1.9 million tokens) took pypdf 190 s; no check
 inside a parser bounds every such case, and a thread cannot be stopped, but a process can.
-A scanned PDF read by OCR (the `ocr` extra, a few seconds a page) restarts the clock at each
-page it reads: `max_seconds` bounds one page's OCR, and `ingest.max_ocr_pages` their number.
+`max_seconds` bounds the whole file, OCR included: OCR begins no page past it and leaves the
+file out with a line (`crag.ingestion.formats.ocr`), and the child is stopped `GRACE` seconds
+later if a page runs on. Any failure inside a reader, here or in the child, leaves out that
+file alone, with a line naming it.
 
 The child is forked where fork is the platform's own default (Linux): it inherits the imported
 readers, and starting it costs ~20 ms against ~3 s for a fresh interpreter to import them again;
@@ -23,7 +25,8 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import TracebackType
@@ -31,10 +34,14 @@ from types import TracebackType
 from llama_index.core.schema import Document
 
 from crag.errors import IngestError
-from crag.ingestion.files import MB, ReadLimits, file_digest, read_checked
+from crag.ingestion.files import MB, ReadLimits, file_digest, read_checked, seen_by_walk, walked
 from crag.ingestion.formats import short_reason
 from crag.ingestion.formats.ocr import OcrProgress
 from crag.ingestion.readers import Reader, read_documents
+
+GRACE = 1.0
+"""Seconds the ingest waits past a file's `max_seconds` before it stops the child: OCR, which
+begins no page past the bound, says so itself, naming the pages it read."""
 
 
 class FileReader:
@@ -58,19 +65,24 @@ class FileReader:
         """The file's Documents and the SHA-256 of what they were read from; `IngestError`
         with the reason when the file is left out. `ocr_progress(done, total)` follows the
         pages of the file read by OCR, if any are."""
-        if path.suffix.lower() in self.readers:
-            documents = read_documents(path, b"", self.readers, self.limits, ocr_progress)
-            return list(documents), file_digest(path, self.limits)
+        if path.suffix.lower() in self.readers:  # a user's reader opens the file itself
+            return _in_process(path, self.limits, lambda: (
+                list(read_documents(path, b"", self.readers, self.limits, ocr_progress)),
+                file_digest(path, self.limits)))
         conn = self._started()
-        if conn is None:  # no child to be had: read here, bounded in size but not in time
-            data, digest = read_checked(path, self.limits)
-            return list(read_documents(path, data, None, self.limits, ocr_progress)), digest
-        conn.send(str(path))
+        if conn is None:  # no child to be had: read here, bounded in size and OCR's time, not parsing's
+            def here() -> tuple[list[Document], str]:
+                data, digest = read_checked(path, self.limits)
+                return list(read_documents(path, data, None, self.limits, ocr_progress)), digest
+
+            return _in_process(path, self.limits, here)
+        conn.send((str(path), seen_by_walk(path)))
+        deadline = time.monotonic() + self.limits.max_seconds + GRACE  # the whole file's, OCR's pages too
         ocr = None
-        while True:  # each page read by OCR restarts the clock: a scanned book is no hostile file
-            if not conn.poll(self.limits.max_seconds):
+        while True:
+            if not conn.poll(max(0.0, deadline - time.monotonic())):
                 self.close()
-                what = "reading it" if ocr is None else f"OCR of scanned page {ocr[0] + 1} of {ocr[1]}"
+                what = "reading it" if ocr is None else f"reading it (at OCR of scanned page {ocr[0] + 1} of {ocr[1]})"
                 raise IngestError(f"{path}: {what} took over {self.limits.max_seconds:g} s "
                                   "(ingest.max_seconds); stopped, and left out.")
             try:
@@ -80,6 +92,9 @@ class FileReader:
                 how = f"killed by signal {-code}" if code and code < 0 else f"exit status {code}"
                 raise IngestError(f"{path}: its reader stopped ({how}), most likely past "
                                   f"ingest.max_memory_mb ({self.limits.max_memory_mb:g} MB). Left out.") from None
+            except Exception as exc:  # noqa: BLE001 - what it sent cannot be taken back: this file only
+                self.close()
+                raise IngestError(failure(path, exc, self.limits)[1]) from None
             if kind != "ocr":
                 break
             ocr = reply
@@ -132,30 +147,56 @@ def _serve(conn: Connection, parents: Connection, limits: ReadLimits, parent: in
     conn.send("ready")
     while True:
         try:
-            path = Path(conn.recv())
+            name, seen = conn.recv()
         except (EOFError, OSError):
             return
+        path = walked(name, seen)
         _limit_time(limits.max_seconds)
 
         def ocr_progress(done: int, total: int) -> None:
-            _limit_time(limits.max_seconds)  # as the parent restarts its clock
+            # CPU time, not the file's bound (OCR keeps that): Tesseract may run several threads.
+            _limit_time(limits.max_seconds)
             conn.send(("ocr", done, total))
 
         try:
             data, digest = read_checked(path, limits)
             reply: tuple = ("ok", list(read_documents(path, data, None, limits, ocr_progress)), digest)
-        except IngestError as exc:
-            reply = ("skip", str(exc))
-        except MemoryError:
-            data = None
-            reply = ("stop", (f"{path}: reading it needs more than ingest.max_memory_mb "
-                              f"({limits.max_memory_mb:g} MB); left out."))
-        except RecursionError:
-            reply = ("skip", f"{path}: nested too deeply to read; left out.")
-        except Exception as exc:  # noqa: BLE001 - a parser's own failure skips the file, not the ingest
-            reply = ("skip", f"{path}: its reader failed ({type(exc).__name__}: {short_reason(exc)}); left out.")
+        except BaseException as exc:  # noqa: BLE001 - a parser's own failure skips the file, not the ingest
+            reply = failure(path, exc, limits)
         data = None
-        conn.send(reply)
+        try:
+            conn.send(reply)  # pickled whole before a byte is written: a failure sends nothing
+        except (EOFError, OSError):  # the ingest is gone
+            return
+        except BaseException as exc:  # noqa: BLE001 - documents that cannot be sent: this file only
+            reply = None
+            conn.send(failure(path, exc, limits))
+
+
+def failure(path: Path, exc: BaseException, limits: ReadLimits) -> tuple[str, str]:
+    """A reader's failure on `path` as the line that leaves the file out: ("skip", line), or
+    ("stop", line) when it ran out of memory (its process is not to be trusted after)."""
+    if isinstance(exc, IngestError):
+        return "skip", str(exc)
+    if isinstance(exc, MemoryError):
+        return "stop", (f"{path}: reading it needs more than ingest.max_memory_mb "
+                        f"({limits.max_memory_mb:g} MB); left out.")
+    if isinstance(exc, RecursionError):
+        return "skip", f"{path}: nested too deeply to read; left out."
+    if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not the file's doing
+        raise exc
+    return "skip", f"{path}: its reader failed ({type(exc).__name__}: {short_reason(exc)}); left out."
+
+
+Read = Callable[[], tuple[list[Document], str]]
+
+
+def _in_process(path: Path, limits: ReadLimits, read: Read) -> tuple[list[Document], str]:
+    """`read()` in the ingest's own process, its failure that file's line (as in the child)."""
+    try:
+        return read()
+    except BaseException as exc:  # noqa: BLE001 - failure() lets Ctrl-C and exits through
+        raise IngestError(failure(path, exc, limits)[1]) from None
 
 
 def _die_with(parent: int) -> None:

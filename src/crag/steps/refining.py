@@ -13,6 +13,7 @@ from llama_index.core.schema import NodeWithScore
 from crag._offload import off_loop, warm_up
 from crag.events import Strip
 from crag.steps.grading import LexicalEvaluator, context_of
+from crag.steps.table_rows import labelled_rows
 from crag.text import SPANS_KEY, sentences, terms, words
 from crag.trace import Location, note_dropped
 
@@ -100,8 +101,15 @@ class StripRefiner:
                 url=meta.get("url"),
                 **place,
             )
-            for sentence in sentences(chunk.node.get_content(), meta.get(SPANS_KEY))
+            # A table's rows each with its header: "Food: Berries; Calories per portion: 150".
+            for sentence in labelled_rows(sentences(chunk.node.get_content(), meta.get(SPANS_KEY)),
+                                          asked=asked, comma_separated=_comma_separated(meta))
         ]
+
+
+def _comma_separated(meta: dict) -> bool:
+    """Whether a chunk is a CSV's (or TSV's) rows, each line a record."""
+    return str(meta.get("file_name", "")).lower().endswith((".csv", ".tsv"))
 
 
 def ranking(strip: Strip) -> tuple[float, bool]:

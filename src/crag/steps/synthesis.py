@@ -10,6 +10,7 @@ from llama_index.core.llms import LLM, ChatMessage
 from crag.events import Source, Strip
 from crag.models.replies import finish_reason, limits
 from crag.prompts import SYNTHESIZE_PROMPT
+from crag.steps.answer_kinds import asked_kind, holds_kind
 from crag.steps.refining import ranking
 from crag.trace import Location, note_degraded
 
@@ -48,34 +49,46 @@ class ExtractiveSynthesizer:
     answer adds the best sentence of each further hop: first where it answers what the hop
     asked of a bridge, after the question's best sentences otherwise.
 
+    Of the question's sentences that the grader scores alike, one that names the kind of thing
+    the question asks for (`answering_first`) comes first.
+
+    The answer is short: its first sentence and each further hop's best always, then the next
+    best that fit in `max_chars` (a shorter one may take the place of one that does not fit),
+    so that a person reads the answer, not a page.
+
     Args:
         max_sentences: sentences in the answer, best first, besides one per further hop.
+        max_chars: characters the answer runs to, citations included, unless its first
+            sentence and its further hops' best are longer; None sets no bound.
     """
 
-    def __init__(self, *, max_sentences: int = 3) -> None:
+    def __init__(self, *, max_sentences: int = 3, max_chars: int | None = 300) -> None:
         self.max_sentences = max_sentences
+        self.max_chars = max_chars
 
     async def synthesize(self, query: str, strips: Sequence[Strip]) -> tuple[str, list[Source]]:
-        sentences = self._sentences(strips)
-        return " ".join(sentences), self.sources_for("", strips)
+        answer = " ".join(self._sentences(query, strips))
+        return answer, self.sources_for(answer, strips)
 
     async def stream(self, query: str, strips: Sequence[Strip]) -> AsyncIterator[str]:
         """The answer a sentence at a time, each with its citation (the first without a space)."""
-        for n, sentence in enumerate(self._sentences(strips)):
+        for n, sentence in enumerate(self._sentences(query, strips)):
             yield sentence if n == 0 else " " + sentence
 
     def sources_for(self, answer: str, strips: Sequence[Strip]) -> list[Source]:
-        return number_sources(self._chosen(strips))[1]
+        """The sources of the strips `answer` quotes, numbered in the order it quotes them."""
+        quoted = [(answer.find(f"{s.text} ["), s) for s in _distinct(sorted(strips, key=ranking))]
+        return number_sources([s for at, s in sorted(quoted, key=lambda q: q[0]) if at >= 0])[1]
 
-    def _sentences(self, strips: Sequence[Strip]) -> list[str]:
+    def _sentences(self, query: str, strips: Sequence[Strip]) -> list[str]:
         if not strips:
             return [NO_KNOWLEDGE]
-        chosen = self._chosen(strips)
+        chosen = self._chosen(query, strips)
         numbers, _ = number_sources(chosen)
         return [f"{s.text} [{numbers[s.source_id]}]" for s in chosen]
 
-    def _chosen(self, strips: Sequence[Strip]) -> list[Strip]:
-        ranked = sorted(strips, key=ranking)  # stable: the first source wins what ties are left
+    def _chosen(self, query: str, strips: Sequence[Strip]) -> list[Strip]:
+        ranked = answering_first(query, sorted(strips, key=ranking))  # stable: the first source wins ties
         # A further hop's strips were scored against its own sub-question, so they do not
         # compare with the question's: the answer has the best sentence of each further hop,
         # first where it answers what the hop asked of a bridge (the answer to a bridge question),
@@ -88,7 +101,45 @@ class ExtractiveSynthesizer:
             if hop not in led:  # its best sentence that the answer does not have yet
                 said = {_said(s) for s in chosen}
                 chosen += [s for s in ranked if s.hop == hop and _said(s) not in said][:1]
-        return chosen
+        return self._within_length(chosen)
+
+    def _within_length(self, chosen: list[Strip]) -> list[Strip]:
+        """The first strip and each further hop's best (what the question asked of that hop: a
+        two-part question gets both parts), then each other that still fits in `max_chars`
+        (with its citation)."""
+        if self.max_chars is None:
+            return chosen
+        hops = {chosen[0].hop} if chosen else set()
+        kept = chosen[:1]
+        for strip in chosen[1:]:
+            if strip.hop not in hops:
+                hops.add(strip.hop)
+                kept.append(strip)
+        length = sum(len(s.text) + _CITED + 1 for s in kept) - 1
+        for strip in chosen:
+            if all(strip is not k for k in kept) and length + 1 + len(strip.text) + _CITED <= self.max_chars:
+                kept.append(strip)
+                length += 1 + len(strip.text) + _CITED
+        return [s for s in chosen if any(s is k for k in kept)]
+
+
+def answering_first(query: str, ranked: list[Strip]) -> list[Strip]:
+    """`ranked` with the question's strips that score within `NEAR` of its best reordered: those
+    naming the kind of thing the question asks for ("when": a year, "how many": a number, "who":
+    a name the question does not have) first, so that the answer opens with the sentence that
+    answers rather than one that restates the question. The grader's score measures the
+    question's terms alone, so it cannot tell these apart."""
+    kind = asked_kind(query)
+    asked = [s for s in ranked if not s.hop]
+    if kind is None or not asked:
+        return ranked
+    near = [s for s in asked if s.score >= asked[0].score - NEAR]
+    first = [s for s in near if holds_kind(s.text, kind, query)]
+    return first + [s for s in ranked if all(s is not f for f in first)]
+
+
+NEAR = 0.05  # scores this close differ by a question term or two of little weight: a tie for the grader
+_CITED = len(" [1]")  # what a sentence's citation adds to the answer
 
 
 def _distinct(strips: Sequence[Strip]) -> list[Strip]:

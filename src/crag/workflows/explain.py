@@ -51,7 +51,11 @@ def explain(
         titles.update(details.get("titles", {}))
         dropped.extend(details.get("dropped", ()))
         hops.extend(details.get("hops", ()))
-    dropped.sort(key=lambda s: -s.score)
+    # A strip is listed once: a hop scores again the strips of a document the first pass had, and
+    # the question's own refine and a hop's can keep (or drop) the same sentence of one source.
+    kept = _once(kept)
+    shown = {(s.text, s.source_id) for s in kept}
+    dropped = [s for s in _once(sorted(dropped, key=lambda s: -s.score)) if (s.text, s.source_id) not in shown]
     rule = explain_verdict(grades, upper, lower, coverage=coverage, cover=cover)
     if verdict is not Verdict.CORRECT:
         searched = f"searched the web for “{rewritten_query}”" if rewritten_query else "searched the web"
@@ -63,16 +67,22 @@ def explain(
             rule += f" So crag kept those chunks and also {searched}."
     if not web and verdict is Verdict.AMBIGUOUS:
         rule += " The answer comes only from the chunks that passed the lower threshold."
+    told: set[str] = set()
     for hop in hops:
+        if not hop["strips"]:  # a hop that brought no evidence changed nothing the answer says
+            continue
         found_in = ([] if hop["verdict"] == "incorrect" else ["the documents"]) + (["the web"] if hop["searched"] else [])
         where = " and ".join(found_in) or "the documents"
         if hop.get("bridge"):
             read = f" (read in “{hop['found_in']}”)" if hop.get("found_in") else ""
-            rule += (f" The first pass answered the question only in part: crag hopped to “{hop['bridge']}”{read} "
-                     f"and asked “{hop['question']}” (grades {hop['verdict']}; {hop['strips']} strips from {where}).")
+            line = (f" The first pass answered the question only in part: crag hopped to “{hop['bridge']}”{read} "
+                    f"and asked “{hop['question']}” (grades {hop['verdict']}; {hop['strips']} strips from {where}).")
         else:
-            rule += (f" The question needed another hop: crag also asked “{hop['question']}” "
-                     f"(grades {hop['verdict']}; {hop['strips']} strips from {where}).")
+            line = (f" The question needed another hop: crag also asked “{hop['question']}” "
+                    f"(grades {hop['verdict']}; {hop['strips']} strips from {where}).")
+        if line not in told:  # two bridges to one name, found in two strips, are told once
+            told.add(line)
+            rule += line
     return Explanation(
         verdict=verdict.value,
         rule=rule,
@@ -91,6 +101,14 @@ def explain(
                  for s in sources],
         degraded=degraded,
     )
+
+
+def _once(strips: Iterable[Strip]) -> list[Strip]:
+    """`strips` without repeats of a sentence from one source, the first copy kept."""
+    once: dict[tuple[str, str], Strip] = {}
+    for s in strips:
+        once.setdefault((s.text, s.source_id), s)
+    return list(once.values())
 
 
 def _line(s: Strip, kept: bool) -> StripLine:

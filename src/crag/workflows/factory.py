@@ -95,7 +95,8 @@ def build_workflow(
     synthesizer: Synthesizer = (
         LLMSynthesizer(llms.llm, max_tokens=limit.max_tokens_answer)
         if pick(settings.synthesizer.kind)
-        else ExtractiveSynthesizer(max_sentences=settings.synthesizer.max_sentences)
+        else ExtractiveSynthesizer(max_sentences=settings.synthesizer.max_sentences,
+                                   max_chars=settings.synthesizer.max_chars)
     )
     kind = settings.decomposer.kind
     decomposer = LLMDecomposer(llms.llm, max_tokens=limit.max_tokens_decompose) if pick(kind) else None if kind == "none" else RuleDecomposer()

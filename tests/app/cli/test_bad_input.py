@@ -123,8 +123,8 @@ def test_an_empty_folder_is_an_error(capsys: pytest.CaptureFixture[str], tmp_pat
     (tmp_path / "empty").mkdir()
     message = fails(capsys, "ingest", str(tmp_path / "empty"), "--index", str(tmp_path / "index"))
     # the kinds crag reads, images too where the ocr extra reads them
-    assert re.search(r"No \.txt, \.md, \.html, \.jsonl, \.pdf, \.docx, \.epub, \.pptx, \.ipynb, \.csv"
-                     r"( or \.tsv|, \.tsv, \.png, \.jpg, \.jpeg, \.tif or \.tiff) files found in", message)
+    assert re.search(r"No \.txt, \.md, \.html, \.jsonl, \.pdf, \.docx, \.epub, \.pptx, \.ipynb, \.csv, \.tsv"
+                     r"( or \.xlsx|, \.xlsx, \.png, \.jpg, \.jpeg, \.tif or \.tiff) files found in", message)
 
 
 def test_a_chunk_overlap_not_smaller_than_the_chunk_size_is_a_settings_error(

@@ -233,7 +233,7 @@ def test_an_html_page_reads_as_a_browser_shows_it_whatever_its_markup_indentatio
         "\t\t\t\t<p>One who sees things\n\t\t\t\tas they <i>are</i>.</p>\n\t\t\t</dd>\n\t\t</dl>\n"
         "\t\t<table><tr><td>volts</td><td>12</td></tr></table>\n"
         "\t\t<pre>def f():\n\n    return 1</pre>\n\t</body>\n</html>\n"
-    )) == "Cynic: One who sees things as they are.\n\nvolts 12\n\ndef f():\n\n    return 1"
+    )) == "Cynic: One who sees things as they are.\n\nvolts | 12\n\ndef f():\n\n    return 1"
 
 
 def test_a_definition_lists_term_leads_its_definition_in_one_paragraph(tmp_path: Path) -> None:
@@ -304,6 +304,24 @@ def test_an_answer_cites_the_page_section_slide_cell_or_rows_it_came_from(
     assert {key: source[key] for key in fields} == fields
     assert main(["ask", question, "--index", str(index_dir), "--quiet"]) == 0
     assert f"[1] internal: {citation}\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("name", "text", "citation"), [
+    ("warranty.md", "# Warranty\n\n## Claims\n\nClaims go through the installer.\n",
+     "warranty.md (Warranty / Claims)"),
+    ("care.html", "<title>Care</title><p>Wipe the panel dry.</p>", "care.html"),
+    ("notes.txt", "Check the fuse yearly.", "notes.txt"),
+])
+def test_markdown_html_and_text_are_cited_and_linked_by_their_file_as_every_document_is(
+    tmp_path: Path, name: str, text: str, citation: str
+) -> None:
+    from crag.trace import Location
+
+    path = tmp_path / name
+    path.write_text(text)
+    (document,) = read_documents(path)
+    where = Location(**Location.fields(document.metadata))
+    assert where.citation() == citation and where.file_id and document.id_ == where.file_id
 
 
 # --- files that cannot be read ------------------------------------------------------------------

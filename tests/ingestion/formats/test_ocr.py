@@ -159,3 +159,56 @@ def test_without_the_extra_a_scanned_pdf_is_one_line_naming_the_install_command(
     assert capsys.readouterr().err == (
         f"crag: skipped: {folder / 'scan.pdf'} has no text layer (a scanned or image-only PDF); "
         "install the ocr extra to read it by OCR (pip install 'crag-workflows[ocr]').\n")
+
+
+class SlowPages:
+    """An OCR engine whose every page takes `seconds` on its own clock (no time passes)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.now, self.pages = seconds, 0.0, 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def read(self, image: Image.Image) -> str:
+        self.now += self.seconds
+        self.pages += 1
+        return "Replace the seal every 3000 hours."
+
+
+@pytest.fixture
+def slow_pages(monkeypatch: pytest.MonkeyPatch) -> SlowPages:
+    """The engine, 70 s a page, as if the extra were installed (Tesseract is not run)."""
+    engine = SlowPages(70.0)
+    monkeypatch.setattr(ocr, "installed", lambda: True)
+    monkeypatch.setattr(ocr, "engine", lambda: engine)
+    return engine
+
+
+def test_ocr_begins_no_page_past_the_files_time_and_leaves_the_file_out_with_a_line(
+    tmp_path: Path, slow_pages: SlowPages
+) -> None:
+    """The bound is the whole file's: a clock that restarted at each page let 500 noisy pages
+    read for hours. At 70 s a page, 120 s allow two pages of three."""
+    path = tmp_path / "book.pdf"
+    token = ocr.ocr_limits.set(ocr.OcrLimits(deadline=120.0, seconds=120.0, clock=slow_pages.clock))
+    try:
+        with pytest.raises(crag.IngestError, match=r"book.pdf: OCR read 2 of its 3 scanned pages in the 120 s "
+                           r"one file may take \(ingest.max_seconds\) \(at 70 s a page, the whole file needs "
+                           r"about 210 s\)"):
+            ocr.scanned_pages(path, scanned_pdf(PAGES), ["", "", ""])
+    finally:
+        ocr.ocr_limits.reset(token)
+    assert slow_pages.pages == 2
+
+
+@pytest.mark.parametrize("name", ["book.pdf", "book.tif"])
+def test_max_seconds_bounds_a_files_ocr_as_it_is_read(tmp_path: Path, name: str, slow_pages: SlowPages) -> None:
+    if name.endswith(".pdf"):
+        (tmp_path / name).write_bytes(scanned_pdf(PAGES))
+    else:
+        first, *rest = [scan(lines) for lines in PAGES]
+        first.save(tmp_path / name, save_all=True, append_images=rest)
+    with pytest.raises(crag.IngestError, match=rf"{name}: OCR read 0 of its 3 scanned pages in the 0 s"):
+        list(read_documents(tmp_path / name, limits=ReadLimits(max_seconds=0)))
+    assert slow_pages.pages == 0

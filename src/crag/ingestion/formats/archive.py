@@ -1,4 +1,4 @@
-"""The zip inside .docx, .epub and .pptx files, read with the bytes it unpacks counted as they
+"""The zip inside .docx, .xlsx, .epub and .pptx files, read with the bytes it unpacks counted as they
 stream, so that a zip bomb is stopped at the limit rather than after it has filled memory.
 
 The size a member declares is not trusted: it is the bomb's own claim. Only stored and deflated
@@ -11,10 +11,12 @@ and EPUB writers use deflate; nothing else is met in files people keep.
 from __future__ import annotations
 
 import io
+import posixpath
 import zipfile
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
+from xml.etree import ElementTree
 
 from crag.errors import IngestError
 
@@ -74,3 +76,27 @@ class Unpacker:
     def _over(self, name: str) -> None:
         raise IngestError(f"{self.path}: unpacking {name} takes it past ingest.max_unpacked_mb "
                           f"({self.limit / MB:g} MB unpacked); a zip bomb, or a file to split. Left out.")
+
+
+_RELS = "{http://schemas.openxmlformats.org/package/2006/relationships}Relationship"
+
+
+def relationships(unpacker: Unpacker, part: str) -> dict[str, tuple[str, str]]:
+    """An Office part's links to other parts (its `_rels/<name>.rels`): id -> (type, the
+    member it names), the type its last word ("worksheet", "chart"); links out of the file
+    and to members that are not there are left out."""
+    folder, name = posixpath.split(part)
+    rels = posixpath.join(folder, "_rels", f"{name}.rels")
+    members = set(unpacker.archive.namelist())
+    if rels not in members:
+        return {}
+    found = {}
+    for link in ElementTree.fromstring(unpacker.read(rels)).iter(_RELS):
+        target = link.get("Target", "")
+        if link.get("TargetMode") == "External" or not target:
+            continue
+        member = target.lstrip("/") if target.startswith("/") else posixpath.normpath(
+            posixpath.join(folder, target))
+        if member in members:
+            found[link.get("Id", "")] = (link.get("Type", "").rsplit("/", 1)[-1], member)
+    return found

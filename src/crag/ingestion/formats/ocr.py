@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import io
+import math
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -63,11 +65,18 @@ OcrProgress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class OcrLimits:
-    """How one file's OCR is bounded and followed: at most `max_pages` pages, `progress(done,
-    total)` after each one (the ingest's worker restarts its clock there)."""
+    """How one file's OCR is bounded and followed: at most `max_pages` pages, no page begun
+    once `clock()` has reached `deadline` (the end of the file's `seconds`, ingest.max_seconds),
+    `progress(done, total)` after each one.
+
+    The bound is the whole file's: a noisy 1-bit page takes Tesseract 35 s, and a clock that
+    started again at each page let a 140 KB PDF of 500 such pages read for hours."""
 
     max_pages: int = 500
     progress: OcrProgress | None = None
+    deadline: float = math.inf
+    seconds: float = math.inf
+    clock: Callable[[], float] = time.monotonic
 
 
 ocr_limits: ContextVar[OcrLimits] = ContextVar("ocr_limits", default=OcrLimits())
@@ -117,7 +126,9 @@ def scanned_pages(path: Path, data: bytes, pages: list[str]) -> dict[int, str]:
         found: dict[int, str] = {}
         undecoded: list[str] = []  # why an image could not be read, where one could not
         _report(limits, 0, len(scanned))
+        started = limits.clock()
         for done, index in enumerate(scanned, start=1):
+            _in_time(path, limits, started, done - 1, len(scanned))
             images = _page_images(pdf.pages[index], undecoded)
             text = "\n\n".join(reader.read(image) for image in images)
             if text.strip():
@@ -157,7 +168,9 @@ def read_image(path: Path, data: bytes) -> Iterator[Document]:
                               f"({limits.max_pages}); raise it, or split the file. Left out.")
         texts = []
         _report(limits, 0, frames)
+        started = limits.clock()
         for frame in range(frames):
+            _in_time(path, limits, started, frame, frames)
             image.seek(frame)
             texts.append(reader.read(_prepared(image)))
             _report(limits, frame + 1, frames)
@@ -171,6 +184,25 @@ def read_image(path: Path, data: bytes) -> Iterator[Document]:
         if frames > 1:
             metadata["page"] = str(number + 1)
         yield Document(text=text.strip(), id_=doc_id(path, number), metadata=metadata)
+
+
+def _in_time(path: Path, limits: OcrLimits, started: float, done: int, total: int) -> None:
+    """Refuse to begin the next page once the file's time is up. The file is left out, not
+    kept in part: a file recorded as read would not be read again, and its other pages lost."""
+    now = limits.clock()
+    if now < limits.deadline:
+        return
+    pace = ""
+    if done:  # the file's time before OCR, and the pages left at this page's pace
+        each = (now - started) / done
+        whole = now - (limits.deadline - limits.seconds) + each * (total - done)
+        pace = f" (at {_seconds(each)} s a page, the whole file needs about {_seconds(whole)} s)"
+    raise IngestError(f"{path}: OCR read {done} of its {total} scanned pages in the {limits.seconds:g} s "
+                      f"one file may take (ingest.max_seconds){pace}; raise it, or split the file. Left out.")
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:,.0f}"
 
 
 def _report(limits: OcrLimits, done: int, total: int) -> None:

@@ -12,7 +12,6 @@ import io
 import logging
 import re
 import warnings
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +20,9 @@ from llama_index.core.schema import Document
 from crag.errors import IngestError
 from crag.ingestion.formats import doc_id, pdf_damage, require_bytes, short_reason
 from crag.ingestion.formats.ocr import no_text_hint, scanned_pages
-from crag.ingestion.formats.pdf_fonts import mend_ligatures
+from crag.ingestion.formats.pdf_fonts import join_split_ligatures, mend_ligatures, restore_maps
 from crag.ingestion.formats.pdf_tables import PageRuns, PageTables
+from crag.ingestion.formats.running_lines import drop_running_lines
 from crag.ingestion.formats.table import row_groups
 
 # pypdf reports what it repairs through logging; with no handler configured Python prints
@@ -30,7 +30,6 @@ from crag.ingestion.formats.table import row_groups
 logging.getLogger("pypdf").setLevel(logging.CRITICAL)
 
 _HYPHENATED = re.compile(r"(\w)-[ \t]*\n[ \t]*([a-z])")  # "declara-\ntions"; "Wi-\nFi" stays
-_DIGITS = re.compile(r"\d+")
 
 
 def read_pdf(path: Path, data: bytes) -> Iterator[Document]:
@@ -42,7 +41,7 @@ def read_pdf(path: Path, data: bytes) -> Iterator[Document]:
     require_bytes(path, data, "PDF")
     pages, tables, labels, title, sections = _extract(path, data)
     scanned = scanned_pages(path, data, pages)  # the pages with no text layer, read by OCR
-    pages = [scanned.get(index, found.text if found else text)
+    pages = [join_split_ligatures(scanned.get(index, found.text if found else text))
              for index, (text, found) in enumerate(zip(pages, tables, strict=True))]
     if not any(text.strip() for text in pages) and not any(tables):
         raise IngestError(f"{path} has no text layer (a scanned or image-only PDF); "
@@ -57,7 +56,7 @@ def read_pdf(path: Path, data: bytes) -> Iterator[Document]:
             metadata["section"] = sections[index]
         parts = [text.strip()] if text.strip() else []
         if tables[index]:
-            parts += [group for rows in tables[index].tables for group in row_groups(rows)]
+            parts += [join_split_ligatures(group) for rows in tables[index].tables for group in row_groups(rows)]
         for part in parts:
             yield Document(text=part, id_=doc_id(path, number), metadata=dict(metadata))
             number += 1
@@ -79,7 +78,7 @@ def _extract(
                 raise IngestError(f"{path} is encrypted (it needs a password); save a copy "
                                   "without one (e.g. `qpdf --decrypt`) or leave it out.")
             mend_ligatures(reader)  # "signiicantly" where a font's own map drops the "f"
-            read = [_page_text(page) for page in reader.pages]
+            read = [_page_text_as_mended(reader, page) for page in reader.pages]
             pages, tables = [text for text, _ in read], [found for _, found in read]
             labels = _labels(reader, len(pages))
             title = _title(reader) or path.stem
@@ -132,6 +131,17 @@ def _sections(reader: object, count: int) -> list[str | None]:
     return sections
 
 
+def _page_text_as_mended(reader: object, page: object) -> tuple[str, PageTables | None]:
+    """`_page_text`, or where pypdf refuses a map the ligature mender changed, the text of the
+    fonts' own maps: the mender never makes a page unreadable that pypdf reads."""
+    try:
+        return _page_text(page)
+    except pdf_damage():
+        if not restore_maps(reader):  # nothing was mended: the damage is the file's own
+            raise
+        return _page_text(page)
+
+
 def _page_text(page: object) -> tuple[str, PageTables | None]:
     """The page's text and its tables, its decoded content stream then let go: pypdf keeps
     every stream it decoded for as long as the reader lives, and a browser's PDF draws each
@@ -182,34 +192,3 @@ def _title(reader: object) -> str:
 def join_hyphenated(text: str) -> str:
     """A word hyphenated across a line end, joined ("declara-\\ntions" → "declarations")."""
     return _HYPHENATED.sub(r"\1\2", text)
-
-
-def drop_running_lines(pages: list[str]) -> list[str]:
-    """The pages without their running headers and footers: a first or last line that, with its
-    digits ignored ("Page 3 of 9"), is the first or last line of more than half the pages.
-
-    A page left with nothing but such lines keeps them: there they are its text, not its
-    header. A 4-page PDF repeating one line, and 6 image pages each captioned "Background",
-    had all their text dropped, and were ingested as files with no chunks.
-    """
-    if len(pages) < 3:
-        return pages
-    edges = [_edges(text) for text in pages]
-    seen = Counter(key for page in edges for key in {_DIGITS.sub("#", line) for line in page})
-    running = {key for key, n in seen.items() if n > len(pages) / 2}
-    if not running:
-        return pages
-    return [kept if kept.strip() else text for text in pages for kept in [_without(text, running)]]
-
-
-def _edges(text: str) -> list[str]:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[:2] + lines[-2:]
-
-
-def _without(text: str, running: set[str]) -> str:
-    lines = text.splitlines()
-    filled = [i for i, line in enumerate(lines) if line.strip()]
-    edge = set(filled[:2] + filled[-2:])
-    return "\n".join(line for i, line in enumerate(lines)
-                     if i not in edge or _DIGITS.sub("#", line.strip()) not in running)

@@ -7,13 +7,14 @@ line in every group lets a question about a column find, and quote, the rows tha
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 
 from llama_index.core.schema import Document
 
-from crag.errors import IngestError
-from crag.ingestion.formats import decode_text, doc_id, require_bytes
+from crag.ingestion.formats import doc_id
+from crag.ingestion.formats.records import Line, RecordsRead, over_limit, read_records
 
 GROUP_CHARS = 400
 """Characters of rows per Document: well under the default chunk (256 tokens; a table's digits
@@ -22,21 +23,32 @@ second half without the header."""
 
 
 def read_table(path: Path, data: bytes) -> Iterator[Document]:
-    """Groups of rows; `rows` gives their line numbers in the file ("2-14"), the header line 1."""
-    require_bytes(path, data, "table")
-    rows = _rows(path, decode_text(path, data).splitlines())
-    if not rows:
-        return
-    header_line, records = rows[0], rows[1:]
-    group: list[tuple[int, str]] = []
-    number = 0
-    for record in records:
-        group.append(record)
-        if sum(len(text) + 1 for _, text in group) >= GROUP_CHARS:
-            yield _document(path, header_line[1], group, number)
-            number, group = number + 1, []
+    """Groups of rows; `rows` gives their line numbers in the file ("2-14"), the header line 1.
+    `IngestError` at the first row that cannot be read (`crag.ingestion.formats.records`
+    streams a file, leaving such rows out)."""
+    return read_records(path, data)
+
+
+def table_documents(path: Path, lines: Iterable[Line], left_out: Callable[[tuple[int, str]], None],
+                    found: RecordsRead) -> Iterator[Document]:
+    """Groups of rows from a table's lines, each group led by the header (the first row), one
+    row at a time; `left_out((line, reason))` for a row that cannot be read."""
+    lines = iter(lines)
+    header: tuple[int, int, str] | None = None
+    group: list[tuple[int, int, str]] = []
+    size, number = 0, 0
+    for row in _rows(path, lines, left_out, found.limit_mb):
+        if header is None:
+            header = row
+            continue
+        group.append(row)
+        found.records += 1
+        size += len(row[2]) + 1
+        if size >= GROUP_CHARS:
+            yield _document(path, header[2], group, number)
+            number, group, size = number + 1, [], 0
     if group:
-        yield _document(path, header_line[1], group, number)
+        yield _document(path, header[2], group, number)  # type: ignore[index]
 
 
 def row_groups(rows: list[str], limit: int = GROUP_CHARS) -> Iterator[str]:
@@ -53,25 +65,47 @@ def row_groups(rows: list[str], limit: int = GROUP_CHARS) -> Iterator[str]:
         yield "\n\n".join([header, *group])
 
 
-def _rows(path: Path, lines: list[str]) -> list[tuple[int, str]]:
-    """(line number, line) of each non-empty record, checked to parse as one."""
-    header = next((line for line in lines if line.strip()), "")
+def _rows(path: Path, lines: Iterator[Line], left_out: Callable[[tuple[int, str]], None],
+          limit_mb: float) -> Iterator[tuple[int, int, str]]:
+    """(first line, last line, the row as written) of each row with text, checked to parse as one;
+    a quoted field may run over several lines."""
+    blank: list[Line] = []
+    for line in lines:  # the header, the first line with text, says how cells are separated
+        blank.append(line)
+        if line[1] is not None and line[1].strip():
+            break
+    header = blank[-1][1] if blank and blank[-1][1] is not None else ""
     # Excel's "Unicode text" is tab-separated whatever the file is called.
     tabs = path.suffix.lower() == ".tsv" or ("\t" in header and "," not in header)
-    delimiter = "\t" if tabs else ","
-    try:
-        # Only checked: a quoted field holding a newline is rare in the tables people keep,
-        # and the line as written is what a reader of the file would quote.
-        list(csv.reader(lines, delimiter=delimiter, strict=True))
-    except csv.Error as exc:
-        raise IngestError(f"{path} is not a readable {path.suffix[1:].upper()} table ({exc}).") from None
-    return [(n, line) for n, line in enumerate(lines, start=1) if line.strip()]
+    taken: list[tuple[int, str]] = []  # the lines of the row being parsed
+
+    def feed() -> Iterator[str]:
+        for number, line in chain(blank, lines):
+            if line is None:
+                left_out((number, over_limit(limit_mb)))
+                continue
+            taken.append((number, line))
+            yield line
+
+    reader = csv.reader(feed(), delimiter="\t" if tabs else ",", strict=True)
+    while True:
+        try:
+            next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:  # the reader starts afresh at the next row
+            left_out((taken[0][0] if taken else 0, f"not a readable {path.suffix[1:].upper()} row ({exc})"))
+        else:
+            text = "\n".join(line for _, line in taken)  # as written: what a reader of the file would quote
+            if text.strip():
+                yield taken[0][0], taken[-1][0], text
+        taken.clear()
 
 
-def _document(path: Path, header: str, group: list[tuple[int, str]], number: int) -> Document:
-    first, last = group[0][0], group[-1][0]
+def _document(path: Path, header: str, group: list[tuple[int, int, str]], number: int) -> Document:
+    first, last = group[0][0], group[-1][1]
     metadata = {"title": path.stem, "file_name": path.name, "rows": f"{first}-{last}"}
     # A paragraph break after each row makes each row one sentence: the refiner keeps, and an
     # extractive answer quotes, the row that answers rather than the whole group.
-    text = "\n\n".join([header, *(line for _, line in group)])
+    text = "\n\n".join([header, *(row for _, _, row in group)])
     return Document(text=text, id_=doc_id(path, number), metadata=metadata)
