@@ -27,7 +27,7 @@ def docs(tmp_path: Path) -> Path:
     (folder / "corpus.jsonl").write_text(
         json.dumps({"doc_id": "darjeeling", "title": "Darjeeling", "text": "Darjeeling tea grows in India."}) + "\n"
     )
-    (folder / "ignored.xlsx").write_bytes(b"PK\x03\x04")  # a type crag does not read: passed over
+    (folder / "ignored.xyz").write_bytes(b"PK\x03\x04")  # a type crag does not read: said, not skipped
     return folder
 
 
@@ -80,7 +80,7 @@ def test_a_changed_file_replaces_only_its_own_chunks(docs: Path, tmp_path: Path)
     [
         ("latin1.txt", "caf\xe9".encode("latin-1"), "not UTF-8"),
         ("binary.txt", b"\x00\x01\x02binary", "binary"),
-        ("broken.jsonl", b'{"doc_id": "a", "text": "ok"}\n{not json\n', "broken.jsonl:2"),
+        ("broken.jsonl", b'{not json\n', "broken.jsonl:1"),  # a line that cannot be read leaves out only itself
     ],
 )
 def test_an_unreadable_file_is_skipped_with_its_reason_and_the_old_index_survives(

@@ -181,7 +181,7 @@ def linked(tmp_path: Path) -> Path:
 def test_links_in_a_folder_are_not_followed_and_each_gets_a_line(linked: Path) -> None:
     from crag.ingestion.readers import gather_files
 
-    files, passed = gather_files([linked])
+    files, passed, _ = gather_files([linked])
     assert files == [linked / "good.md"]
     assert sorted(line.split(" is ")[0] for line in passed) == [
         str(linked / n) for n in ("again.md", "elsewhere", "loop", "passwd.txt", "pipe.txt")]
@@ -192,7 +192,7 @@ def test_links_in_a_folder_are_not_followed_and_each_gets_a_line(linked: Path) -
 def test_links_inside_the_folder_may_be_followed(linked: Path) -> None:
     from crag.ingestion.readers import gather_files
 
-    files, passed = gather_files([linked], symlinks="inside")
+    files, passed, _ = gather_files([linked], symlinks="inside")
     assert files == [linked / "again.md"]  # good.md through its link: read once
     assert sorted(line.split(" is ")[0] for line in passed) == [
         str(linked / n) for n in ("elsewhere", "passwd.txt", "pipe.txt")]
@@ -217,7 +217,7 @@ def test_a_file_swapped_for_a_link_after_the_walk_is_not_read(
     (tmp_path / "shadow").write_text("root:$6$secret-hash:19000:0:99999:7:::", encoding="utf-8")
     walk = pipeline.gather_files
 
-    def walk_then_swap(*args: object, **kwargs: object) -> tuple[list[Path], list[str]]:
+    def walk_then_swap(*args: object, **kwargs: object) -> tuple[list[Path], list[str], list[str]]:
         found = walk(*args, **kwargs)
         (docs / "notes.md").unlink()
         (docs / "notes.md").symlink_to(tmp_path / "shadow")
@@ -239,7 +239,7 @@ def test_a_file_whose_folder_is_swapped_for_a_link_after_the_walk_is_not_read(tm
     (docs / "team" / "notes.md").write_text("Nothing here yet.", encoding="utf-8")
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "notes.md").write_text("root secret", encoding="utf-8")
-    [found], _ = gather_files([docs])
+    [found], _, _ = gather_files([docs])
     (docs / "team").rename(docs / "old")
     (docs / "team").symlink_to(tmp_path / "etc")  # notes.md itself is no link: the folder above it is
     with FileReader() as reader, pytest.raises(IngestError, match="is no longer the file found when the folder"):

@@ -212,5 +212,6 @@ def test_a_word_table_is_cut_into_groups_of_rows_each_led_by_its_header_and_a_ro
     assert main(["ingest", str(folder), "--index", str(tmp_path / "index"), "--quiet"]) == 0
     capsys.readouterr()
     answer = ask(capsys, tmp_path / "index", "How big is the battery store of the depot in Hodonin?")
-    assert "D-18 | Hodonin | 226 kWh" in answer["answer"]
+    # A row is answered with its header: each value named by its column.
+    assert "Depot: D-18; City: Hodonin; Battery store: 226 kWh" in answer["answer"]
     assert answer["sources"][0]["file"] == "depots.docx"

@@ -186,7 +186,7 @@ def test_a_failing_summary_call_is_a_clear_error_and_the_index_is_kept(tmp_path:
     failing = lambda prompt: Reply(500, {"error": {"message": "model overloaded"}})  # noqa: E731
     with LoopbackServer(openai_chat(failing)) as server:
         summarize = summarizer_for(llm_settings(server, max_retries=0))
-        with pytest.raises(IngestError, match=r"Summarizing document 'Warranty' \(\w+\) failed .*nothing was written"):
+        with pytest.raises(IngestError, match=r"Summarizing document 'warranty.md' \(\w+\) failed .*nothing was written"):
             ingest([tmp_path / "more"], tmp_path / "index", summarize=summarize)
     assert {str(p): p.read_bytes() for p in (tmp_path / "index").rglob("*") if p.is_file()} == before
 

@@ -34,6 +34,7 @@ class IngestOutput(BaseModel):
     chunks_total: int
     skipped: list[str] = Field(description="Files left out, each with its reason.")
     empty: list[str] = Field(default_factory=list, description="Files with no text, not recorded: read again next time.")
+    not_read: list[str] = Field(default_factory=list, description="A line per type of file found that crag does not read.")
 
 
 def add_ingest_tool(server: MCPServer, engine: Engine) -> None:
@@ -77,6 +78,7 @@ def add_ingest_tool(server: MCPServer, engine: Engine) -> None:
             chunks_total=report.chunks_total,
             skipped=report.skipped,
             empty=report.empty,
+            not_read=report.not_read,
         )
 
 

@@ -32,7 +32,7 @@ from crag.ingestion.formats.records import RECORD_SUFFIXES, RecordsRead, stream_
 from crag.ingestion.given import fingerprint, manifest_key, prepare, shown_id
 from crag.ingestion.readers import KINDS, PARAGRAPH_LIMIT, bounded_paragraphs, gather_files
 from crag.ingestion.spilled import Chained, SpilledNodes
-from crag.ingestion.worker import FileReader
+from crag.ingestion.worker import FileReader, failure
 from crag.models import WordLlamaEmbedding
 from crag.trace import file_id
 
@@ -42,8 +42,9 @@ class IngestReport:
     """What one ingest did: files read, unchanged, skipped and empty (each of the last two with
     its one-line reason); `documents` counts the documents read (from files, or given and
     changed). A .jsonl, .csv or .tsv file read with some records left out counts as read, with
-    a line in `skipped` naming them (`files_partly_read` counts those files). An empty file (no text once read) is not counted as read, nor recorded as
-    ingested: the next ingest reads it again."""
+    a line in `skipped` naming them (`files_partly_read` counts those files). An empty file (no
+    text once read) is not counted as read, nor recorded as ingested: the next ingest reads it
+    again. `not_read` has a line per type found that crag does not read: said, not skipped."""
 
     files_read: int = 0
     files_unchanged: int = 0
@@ -54,6 +55,7 @@ class IngestReport:
     skipped: list[str] = field(default_factory=list)
     empty: list[str] = field(default_factory=list)
     files_partly_read: int = 0  # read, with records left out: each has its line in `skipped`
+    not_read: list[str] = field(default_factory=list)  # a line per type crag does not read ("3 .zip files")
 
     @property
     def files_skipped(self) -> int:
@@ -178,7 +180,7 @@ def _ingest(
     if node_parser is None:
         node_parser = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     chunker = chunker or f"sentence:{chunk_size}:{chunk_overlap}"
-    files, passed_over = gather_files([Path(p) for p in paths], readers, reader.limits.symlinks)
+    files, passed_over, not_read = gather_files([Path(p) for p in paths], readers, reader.limits.symlinks)
     given_documents, given_skipped = prepare(given or [])  # before anything is read: a bad one fails the call
     if len(index) and index.chunker != chunker:
         # Chunks cut two ways would not mix: cut every file again, those ingested before too.
@@ -195,7 +197,7 @@ def _ingest(
         kinds = KINDS if not readers else f"{KINDS.replace(' or ', ', ')}, {', '.join(readers)}"
         raise IngestError(f"No {kinds} files found in {', '.join(map(str, paths))}.")
 
-    report = IngestReport(skipped=[*passed_over, *given_skipped])
+    report = IngestReport(skipped=[*passed_over, *given_skipped], not_read=not_read)
     unsummarized: set[str] = set()  # files with a document lacking a summary, when summaries are asked for
     if summarize is not None:
         unsummarized = {file_id(n.metadata.get("file") or "") for n in index.nodes
@@ -242,10 +244,12 @@ def _ingest(
                 added = new.add(_prepared(docs, key, room, tokens))
         except SummaryFailed:
             raise
-        except IngestError as exc:  # this file is left out; the others still go in
+        except Exception as exc:  # noqa: BLE001 - this file is left out, with its line; the others still go in
+            # Records stream and every file is chunked here, in the ingest's own process: a
+            # failure of one file (a reader's bug, a chunker's) must not end the folder.
             if mark is not None:
                 new.drop_since(mark)
-            report.skipped.append(str(exc))
+            report.skipped.append(failure(file, exc, reader.limits)[1])
             if progress:
                 progress("read", number, len(files))
             continue

@@ -66,10 +66,11 @@ def find_files(paths: list[Path], extra: Collection[str] = ()) -> list[Path]:
 
 def gather_files(
     paths: list[Path], extra: Collection[str] = (), symlinks: str = "skip"
-) -> tuple[list[Path], list[str]]:
-    """Every supported file under `paths`, sorted, and a line for each one passed over: a link
+) -> tuple[list[Path], list[str], list[str]]:
+    """Every supported file under `paths`, sorted; a line for each one passed over: a link
     (followed only with `symlinks="inside"`, and only to a place inside the folder given), a
-    pipe, a device or a socket; and a line for each type crag does not read ("12 .zip files").
+    pipe, a device or a socket; and a line for each type crag does not read ("12 .zip files"),
+    apart: a file crag was never meant to read is said, not counted as skipped.
     A path named in `paths` is read as named, a link too; a file found in a folder is a
     `WalkedPath`, opened only as the walk saw it (`crag.ingestion.files.open_checked`).
 
@@ -104,7 +105,7 @@ def gather_files(
             raise IngestError(
                 f"{path}: the file's name is not UTF-8; rename it, or leave it out."
             ) from None
-    return found, passed + _not_read(unread, extra)
+    return found, passed, _not_read(unread, extra)
 
 
 def _not_read(unread: dict[str, list[Path]], extra: Collection[str]) -> list[str]:

@@ -86,7 +86,8 @@ def test_a_question_about_a_row_cites_its_page_and_the_group_holding_it(
     first = json.loads(capsys.readouterr().out)["sources"][0]
     holding = next(d for d in read_documents(survey) if " | ".join(station) in d.text)
     assert (first["file"], first["page"], first["doc_id"]) == ("survey.pdf", "2", holding.doc_id)
-    assert " | ".join(station) in first["text"]
+    # A row is quoted with its header: each value named by its column.
+    assert "; ".join(f"{k}: {v}" for k, v in zip(HEADER, station, strict=True)) in first["text"]
 
 
 def test_prose_in_two_justified_columns_is_no_table(tmp_path: Path) -> None:

@@ -80,6 +80,9 @@ def test_a_utf16_table_from_excel_streams_and_a_bad_byte_is_named_by_its_line(tm
     path.write_bytes(b"name,city\nAnn,Brno\nBo,D\xe9cin\n")
     with pytest.raises(IngestError, match=r"not UTF-8 text \(byte 0xe9 on line 3;"):
         streamed(path)
+    path.write_bytes(b"name,city\nAnn,Brno\nBo,Decin\xec\x97")  # a character cut off at the end
+    with pytest.raises(IngestError, match=r"not UTF-8 text \(byte 0xec on line 3;"):
+        streamed(path)
 
 
 def test_a_file_over_max_file_mb_is_refused_before_a_record_is_read(tmp_path: Path) -> None:
@@ -97,7 +100,7 @@ def test_a_file_over_max_file_mb_is_refused_before_a_record_is_read(tmp_path: Pa
 ), max_size=8), st.sampled_from([".jsonl", ".csv", ".tsv"]))
 def test_streaming_a_file_reads_what_reading_it_whole_reads(tmp_path: Path, lines: list[str], suffix: str) -> None:
     path = tmp_path / f"records{suffix}"
-    data = "\n".join(lines).encode("utf-8")
+    data = "\n".join(lines).encode("utf-8", "surrogatepass")  # a lone surrogate: bytes that are not UTF-8
     path.write_bytes(data)
     try:
         whole = [(d.doc_id, d.text, d.metadata) for d in read_records(path, data)]
@@ -105,7 +108,7 @@ def test_streaming_a_file_reads_what_reading_it_whole_reads(tmp_path: Path, line
         whole = None
     try:
         documents, found = streamed(path)
-    except IngestError as exc:  # only an empty table: the file itself, not a record
+    except IngestError as exc:  # the file itself (not UTF-8), not one record
         assert whole is None and str(path) in str(exc)
         return
     assert whole is None if found.left_out else whole == [(d.doc_id, d.text, d.metadata) for d in documents]

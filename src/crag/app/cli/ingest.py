@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         say(f"crag: skipped: {reason}")
     for reason in report.empty:
         say(f"crag: empty: {reason}")
+    for line in report.not_read:  # said, but not a failure: the exit status stays 0
+        say(f"crag: {line}")
     skipped = f", {report.files_skipped} skipped" if report.skipped else ""
     empty = f", {report.files_empty} empty" if report.empty else ""
     print(

@@ -150,10 +150,10 @@ def _not_text(path: Path, encoding: str, piece: bytes, exc: UnicodeDecodeError, 
     if encoding != "utf-8-sig":
         return (f"{path} begins with a {encoding.upper()} byte-order mark but is not {encoding.upper()} "
                 "text; save it again.")
-    start = max(0, min(exc.start, len(piece) - 1))
-    line = number + piece[:start].count(b"\n")
-    return (f"{path} is not UTF-8 text (byte 0x{piece[start]:02x} on line {line}; mixed or legacy "
-            "encoding); save it as UTF-8 and ingest it again.")
+    seen = bytes(exc.object)  # the decoder's input: the piece, or at the end what it held back
+    line = number + piece[: exc.start].count(b"\n")
+    return (f"{path} is not UTF-8 text (byte 0x{seen[min(exc.start, len(seen) - 1)]:02x} on line {line}; mixed "
+            "or legacy encoding); save it as UTF-8 and ingest it again.")
 
 
 def over_limit(limit_mb: float) -> str:
