@@ -129,3 +129,19 @@ def test_the_workflow_server_keeps_the_run_service_crag_starts_runs_with() -> No
     assert isinstance(WorkflowServer()._service, _WorkflowService), (
         f"llama-agents-server {version('llama-agents-server')}: WorkflowServer._service moved; "
         "update crag/_compat/workflow_server.py")
+
+
+def test_the_instance_attributes_compat_reads_are_still_there() -> None:
+    """python-pptx's paragraph element and NLTK Punkt's parameters: set on instances, so the
+    lookup above cannot see them; a built paragraph and tokenizer must still carry them."""
+    import pptx
+    from crag._compat.pptx import paragraph_properties
+    from crag.text import sentences
+
+    slide = pptx.Presentation().slides.add_slide(pptx.Presentation().slide_layouts[1])
+    paragraph = slide.placeholders[1].text_frame.paragraphs[0]
+    paragraph.level = 1  # writes an a:pPr
+    assert paragraph_properties(paragraph) is not None, f"python-pptx {version('python-pptx')}"
+    # crag.text's Punkt learns "e.g." through add_abbreviations: without it the sentence ends there.
+    said = sentences("Use a tool (e.g. pypdf) here. Then stop.")
+    assert said == ["Use a tool (e.g. pypdf) here.", "Then stop."], f"nltk {version('nltk')}"

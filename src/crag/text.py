@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import Stemmer
 
+from crag._compat.nltk import add_abbreviations
+
 # Function words and question words: they carry no topic, so they neither count as
 # evidence of relevance nor belong in a search query.
 STOPWORDS = frozenset(
@@ -103,7 +105,7 @@ def _load_punkt():
     if bundled not in nltk.data.path:
         nltk.data.path.insert(0, bundled)
     tokenizer = PunktTokenizer("english")
-    tokenizer._params.abbrev_types.update(_ABBREVIATIONS)  # Punkt's only way to add some
+    add_abbreviations(tokenizer, _ABBREVIATIONS)  # Punkt's only way to add some: a private one
     return tokenizer
 
 

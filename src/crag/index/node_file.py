@@ -14,7 +14,24 @@ from crag.errors import IndexNotFoundError
 from crag.index.layout import read_array
 
 
-class NodeFile(Sequence[TextNode]):
+class Positional(Sequence[TextNode]):
+    """A sequence of chunks read one at a time: `_at(position)` reads one; slices and negative
+    positions are handled here, once for every such store."""
+
+    def _at(self, position: int) -> TextNode:
+        raise NotImplementedError
+
+    def __getitem__(self, position: int) -> TextNode:  # type: ignore[override]
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]  # type: ignore[return-value]
+        if position < 0:
+            position += len(self)
+        if not 0 <= position < len(self):
+            raise IndexError(position)
+        return self._at(position)
+
+
+class NodeFile(Positional):
     """The chunks of one version, each parsed from its own line when it is asked for."""
 
     def __init__(self, folder: Path, index: Path) -> None:
@@ -26,13 +43,7 @@ class NodeFile(Sequence[TextNode]):
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
-    def __getitem__(self, position: int) -> TextNode:  # type: ignore[override]
-        if isinstance(position, slice):
-            return [self[i] for i in range(*position.indices(len(self)))]  # type: ignore[return-value]
-        if position < 0:
-            position += len(self)
-        if not 0 <= position < len(self):
-            raise IndexError(position)
+    def _at(self, position: int) -> TextNode:
         if self._fd is None:
             self._fd = os.open(self._file, os.O_RDONLY)
         start, end = int(self._offsets[position]), int(self._offsets[position + 1])

@@ -26,7 +26,6 @@ from crag.ingestion.formats.ocr import INSTALL as OCR_INSTALL
 from crag.ingestion.formats.pdf import read_pdf
 from crag.ingestion.formats.records import read_records
 from crag.ingestion.formats.slides import read_slides
-from crag.ingestion.formats.table import read_table
 from crag.ingestion.formats.xlsx import read_xlsx
 
 Reader = Callable[[Path, bytes], Iterable[Document]]
@@ -45,8 +44,8 @@ READERS: dict[str, Reader] = {
     ".epub": read_epub,
     ".pptx": read_slides,
     ".ipynb": read_notebook,
-    ".csv": read_table,
-    ".tsv": read_table,
+    ".csv": read_records,
+    ".tsv": read_records,
     ".xlsx": read_xlsx,
     ".xlsm": read_xlsx,
 }

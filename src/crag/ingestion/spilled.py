@@ -16,8 +16,10 @@ from pathlib import Path
 
 from llama_index.core.schema import BaseNode, TextNode
 
+from crag.index.node_file import Positional
 
-class SpilledNodes(Sequence[TextNode]):
+
+class SpilledNodes(Positional):
     """Nodes appended to a temporary file in `folder` (gone when closed, or when the process ends)."""
 
     def __init__(self, folder: Path) -> None:
@@ -27,13 +29,7 @@ class SpilledNodes(Sequence[TextNode]):
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
-    def __getitem__(self, position: int) -> TextNode:  # type: ignore[override]
-        if isinstance(position, slice):
-            return [self[i] for i in range(*position.indices(len(self)))]  # type: ignore[return-value]
-        if position < 0:
-            position += len(self)
-        if not 0 <= position < len(self):
-            raise IndexError(position)
+    def _at(self, position: int) -> TextNode:
         start, end = self._offsets[position], self._offsets[position + 1]
         return TextNode.from_dict(json.loads(os.pread(self._file.fileno(), end - start, start)))
 
@@ -57,7 +53,7 @@ class SpilledNodes(Sequence[TextNode]):
         self._file.close()
 
 
-class Chained(Sequence[TextNode]):
+class Chained(Positional):
     """Two sequences of nodes read as one."""
 
     def __init__(self, first: Sequence[TextNode], second: Sequence[TextNode]) -> None:
@@ -66,13 +62,7 @@ class Chained(Sequence[TextNode]):
     def __len__(self) -> int:
         return len(self.first) + len(self.second)
 
-    def __getitem__(self, position: int) -> TextNode:  # type: ignore[override]
-        if isinstance(position, slice):
-            return [self[i] for i in range(*position.indices(len(self)))]  # type: ignore[return-value]
-        if position < 0:
-            position += len(self)
-        if not 0 <= position < len(self):
-            raise IndexError(position)
+    def _at(self, position: int) -> TextNode:
         return self.first[position] if position < len(self.first) else self.second[position - len(self.first)]
 
     def __iter__(self) -> Iterator[TextNode]:

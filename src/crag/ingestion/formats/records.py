@@ -20,7 +20,6 @@ import codecs
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -29,39 +28,17 @@ from llama_index.core.schema import Document
 from crag.errors import IngestError
 from crag.ingestion.files import MB, PIECE, ReadLimits, open_checked
 from crag.ingestion.formats import decode_text
+from crag.ingestion.formats.records_read import Line, RecordsRead, over_limit
+from crag.ingestion.formats.table import table_documents
 
 RECORD_SUFFIXES = (".jsonl", ".csv", ".tsv")
 """The containers `stream_records` reads."""
-Line = tuple[int, "str | None"]
-"""(line number from 1, the line without its end); None for a line over the record limit, left unread."""
 _MARKS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
           (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 
 class RecordError(ValueError):
     """One record cannot be read; the message says why, without the file's name."""
-
-
-@dataclass
-class RecordsRead:
-    """What `stream_records` found beside its documents, complete once they are consumed."""
-
-    limit_mb: float = ReadLimits.max_text_mb  # the most text one record's line may hold, in millions of characters
-    sha256: str = ""
-    records: int = 0  # records read into documents (a table's rows; a corpus's lines with text)
-    left_out: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
-
-    def line(self, path: Path) -> str | None:
-        """One line naming the records left out, the first with its reason; None if none were."""
-        if not self.left_out:
-            return None
-        (first, reason), more = self.left_out[0], [n for n, _ in self.left_out[1:]]
-        others = ""
-        if more:
-            lines = ", ".join(map(str, more[:5])) + (", ..." if len(more) > 5 else "")
-            others = f", with {len(more):,} more record{'s' * (len(more) > 1)} (line{'s' * (len(more) > 1)} {lines})"
-        read = f"{self.records:,} record{'s' * (self.records != 1)}"
-        return f"{path}:{first}: {reason}; left out{others}, and the rest read ({read})."
 
 
 def stream_records(path: Path, limits: ReadLimits, found: RecordsRead) -> Iterator[Document]:
@@ -90,8 +67,6 @@ def records_of(path: Path, lines: Iterable[Line], left_out: Callable[[tuple[int,
                found: RecordsRead) -> Iterator[Document]:
     """The Documents of a container's lines, by its suffix; `left_out((line, reason))` for each
     record that cannot be read."""
-    from crag.ingestion.formats.table import table_documents  # table.py imports this module
-
     if path.suffix.lower() == ".jsonl":
         return _corpus_documents(path, lines, left_out, found)
     return table_documents(path, lines, left_out, found)
@@ -154,11 +129,6 @@ def _not_text(path: Path, encoding: str, piece: bytes, exc: UnicodeDecodeError, 
     line = number + piece[: exc.start].count(b"\n")
     return (f"{path} is not UTF-8 text (byte 0x{seen[min(exc.start, len(seen) - 1)]:02x} on line {line}; mixed "
             "or legacy encoding); save it as UTF-8 and ingest it again.")
-
-
-def over_limit(limit_mb: float) -> str:
-    """Why a record whose line is over the record limit is left out."""
-    return f"over {limit_mb:g} million characters (ingest.max_text_mb, the limit on one record)"
 
 
 def _corpus_documents(path: Path, lines: Iterable[Line], left_out: Callable[[tuple[int, str]], None],

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from llama_index.core.schema import Document
 
+from crag._compat.pptx import paragraph_properties
 from crag.errors import IngestError
 from crag.ingestion.cleaning import LABEL_CHARS
 from crag.ingestion.formats import doc_id, require_bytes, short_reason
@@ -124,7 +125,7 @@ def _paragraphs(paragraphs: list) -> Iterator[str]:
         text = paragraph.text
         if not text.strip():
             continue
-        properties = paragraph._p.pPr
+        properties = paragraph_properties(paragraph)
         auto = properties.find(_AUTO_NUMBER) if properties is not None else None
         level = paragraph.level
         counts = {at: n for at, n in counts.items() if at <= level}  # a deeper list ended

@@ -14,19 +14,12 @@ from pathlib import Path
 from llama_index.core.schema import Document
 
 from crag.ingestion.formats import doc_id
-from crag.ingestion.formats.records import Line, RecordsRead, over_limit, read_records
+from crag.ingestion.formats.records_read import Line, RecordsRead, over_limit
 
 GROUP_CHARS = 400
 """Characters of rows per Document: well under the default chunk (256 tokens; a table's digits
 and commas run near 2 characters a token), so the splitter never cuts a group and leaves its
 second half without the header."""
-
-
-def read_table(path: Path, data: bytes) -> Iterator[Document]:
-    """Groups of rows; `rows` gives their line numbers in the file ("2-14"), the header line 1.
-    `IngestError` at the first row that cannot be read (`crag.ingestion.formats.records`
-    streams a file, leaving such rows out)."""
-    return read_records(path, data)
 
 
 def table_documents(path: Path, lines: Iterable[Line], left_out: Callable[[tuple[int, str]], None],
