@@ -67,14 +67,14 @@ class IngestSettings(Section):
     max_unpacked_mb: float = Field(
         200.0, gt=0, description="Bytes unpacked from one .docx, .epub or .pptx (its members together), counted as they stream."
     )
-    max_text_mb: float = Field(32.0, gt=0, description="Text taken from one file (millions of characters).")
-    max_seconds: float = Field(120.0, gt=0, description="Time one file's reader may take; past it the reader is stopped.")
+    max_text_mb: float = Field(32.0, gt=0, description="Text taken from one file, or one record of a .jsonl, .csv or .tsv (millions of characters).")
+    max_seconds: float = Field(120.0, gt=0, description="Time one file's reader may take, OCR included; past it the reader is stopped.")
     max_memory_mb: float = Field(
         512.0, gt=0, description="Memory one file's reader may take, beyond what its process starts with."
     )
     max_ocr_pages: int = Field(
-        500, gt=0, description="Scanned pages read by OCR in one file (the ocr extra); each page's OCR "
-        "gets ingest.max_seconds of its own. A file with more is left out.",
+        500, gt=0, description="Scanned pages read by OCR in one file (the ocr extra), all within the "
+        "file's ingest.max_seconds. A file with more is left out.",
     )
 
     readers: dict[str, str] = Field(

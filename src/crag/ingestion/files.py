@@ -41,8 +41,9 @@ class ReadLimits:
             lies inside that folder).
         max_file_mb: the largest file read, as it lies on disk.
         max_unpacked_mb: bytes unpacked from one .docx, .epub or .pptx, its members together.
-        max_text_mb: text taken from one file, in millions of characters.
-        max_seconds: time one file's reader may take (each OCR page gets as much).
+        max_text_mb: text taken from one file (from one record of a .jsonl, .csv or .tsv: a
+            container of records is bounded by `max_file_mb`), in millions of characters.
+        max_seconds: time one file's reader may take, its pages read by OCR included.
         max_memory_mb: memory one file's reader may take beyond what its process starts with.
         max_ocr_pages: scanned pages read by OCR in one file.
     """
