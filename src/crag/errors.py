@@ -9,6 +9,9 @@ Every message says what failed and what to do about it.
     ├── IndexNotFoundError       no index where one was expected
     │   └── OldIndexFormatError  (crag.index.layout) an earlier crag wrote it: `crag ingest`
     ├── IngestError              a file could not be read or indexed
+    │   ├── RecordError          (crag.ingestion.formats.records) one record of a .jsonl/.csv/.tsv
+    │   ├── SummaryFailed        (crag.ingestion.batches) the summarizer failed: the whole ingest
+    │   └── UnsettledColumns     (crag.ingestion.formats.pdf_tables) a page's table columns kept moving
     ├── GradeParseError          a model's grade could not be parsed
     ├── DecomposeParseError      a model's decomposition of a question could not be parsed
     ├── SearchError              the web search failed

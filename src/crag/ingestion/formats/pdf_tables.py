@@ -38,6 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
+from crag.errors import IngestError
+
 KEY_WORDS = 4
 """Most words the median cell of a table's first column may have; prose columns have 6 to 12."""
 RUN_WORDS = 4
@@ -100,7 +102,7 @@ class PageRuns:
         try:
             found = [(table, cells) for table, starts in _tables(_lines(self.runs))
                      if _terse(table) and _filled(cells := _cells(table, starts))]
-        except _Unsettled:
+        except UnsettledColumns:
             return None
         if not found:
             return None
@@ -164,8 +166,9 @@ def _apart(lines: list[Line]) -> bool:
                for upper, lower in pairwise(lines))
 
 
-class _Unsettled(Exception):
-    """A page whose columns kept moving past its `_Checks`: its text is kept as it is."""
+class UnsettledColumns(IngestError):
+    """A page whose columns kept moving past its `_Checks`: its text is kept as it is (caught
+    here, never the ingest's)."""
 
 
 class _Checks:
@@ -177,7 +180,7 @@ class _Checks:
     def spend(self, lines: int) -> None:
         self.left -= lines
         if self.left < 0:
-            raise _Unsettled
+            raise UnsettledColumns
 
 
 class _Block:

@@ -37,7 +37,7 @@ _MARKS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
           (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 
-class RecordError(ValueError):
+class RecordError(IngestError):
     """One record cannot be read; the message says why, without the file's name."""
 
 
