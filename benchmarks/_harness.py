@@ -29,7 +29,7 @@ set at smoke size, over a corpus of their passages and a few others.
 benchmark ran. MB is 2**20 bytes throughout.
 
 Also here, because two benchmarks or more need them: offline children (`offline_env`, `launch`),
-the `[ingest]` limit a generated corpus needs (`ingest_env`), `percentile`, `read_jsonl`, `spread`.
+`percentile`, `read_jsonl`, `spread`.
 """
 
 from __future__ import annotations
@@ -267,13 +267,6 @@ def launch(argv: Sequence[str], cwd: Path | None = None) -> Child:
             raise SystemExit(f"launcher failed on {argv}: {done.stderr.strip()}")
         seconds, kib, code = report.read().split()
     return Child(float(seconds), int(kib) / 1024, int(code), done.stdout, done.stderr)
-
-
-def ingest_env(corpus: Path) -> dict[str, str]:
-    """The `[ingest]` settings a generated corpus (one .jsonl file) needs: none. A corpus is read
-    a record at a time, each record held to one document's limits, so the defaults take the
-    100k corpus whole (they refused it when `max_text_mb` bounded the whole file)."""
-    return {}
 
 
 INGEST = ("import sys; from crag.app.cli import main; "

@@ -12,8 +12,8 @@ launcher: spawned from here, `import crag` would report this script's peak.
 
 Corpora are scale.py's (`make_corpus`: shuffled sentences of the shared dev corpora, four per
 document, one chunk each), made in a child so this process stays small, and built with
-`crag ingest` into benchmarks/out/cold_start/<size>/ (raising `[ingest] max_text_mb` for the
-100k corpus's one file, as `_harness.ingest_env` says). An index is reused while its stamp
+`crag ingest` into benchmarks/out/cold_start/<size>/, with the default settings (a .jsonl is
+read a record at a time). An index is reused while its stamp
 matches and `crag ask` accepts it; one that `crag ask` rejects (exit 2, asking to re-ingest:
 the on-disk format changed) is rebuilt, as is every one with --rebuild. The question is the
 first sentence of document d0, which every corpus shares (same seed), so each size answers
@@ -111,7 +111,7 @@ def build(size: int, folder: Path, data: Path) -> None:
                    env=offline_env(), check=True)
     made = time.perf_counter()
     say(f"{label(size)}: corpus in {made - start:.1f} s; ingesting ...")
-    env = {**offline_env(), **_harness.ingest_env(folder / "corpus.jsonl")}
+    env = offline_env()
     done = subprocess.run([str(BIN / "crag"), "ingest", "corpus.jsonl", "--index", "index", "-q"],
                           cwd=folder, env=env, capture_output=True, text=True, check=False)
     if done.returncode:

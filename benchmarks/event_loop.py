@@ -68,8 +68,7 @@ def index_for(chunks: int, data: Path, out: Path) -> Path:
         pass
     folder.mkdir(parents=True, exist_ok=True)
     make_corpus(data, chunks, folder / "corpus.jsonl")
-    limits = Settings.load(env=_harness.ingest_env(folder / "corpus.jsonl")).ingest  # one big file
-    ingest([folder / "corpus.jsonl"], folder / "index", limits=limits)
+    ingest([folder / "corpus.jsonl"], folder / "index")  # the defaults: a record at a time
     return folder / "index"
 
 
