@@ -42,6 +42,17 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", _loopback_only)
 
 
+@pytest.fixture(autouse=True)
+def _secrets_forgotten() -> Iterator[None]:
+    """The keys a test registers (`crag.errors.register_secret`) are forgotten after it: a
+    password Hypothesis made up ("--data") redacted "--dataset" from a later test's message."""
+    import crag.errors
+
+    before = set(crag.errors._secrets)
+    yield
+    crag.errors._secrets.intersection_update(before)
+
+
 @pytest.fixture
 def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run where no crag.toml is, with no model or search key in the environment."""

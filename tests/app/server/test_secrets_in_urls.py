@@ -80,5 +80,7 @@ def test_a_key_in_the_query_string_is_not_written_to_the_access_log(
     assert len(access_log) == 3 * len(QUERIES)  # every request is logged, with its path
     assert all("GET /health?" in line or "GET /handlers?" in line or "GET /files/" in line for line in access_log)
     for _, secret in QUERIES:
+        if secret == SERVER_KEY and not with_key:
+            continue  # a server with no key has no key to hide: that string is only a query
         assert not [line for line in access_log if secret in line or quote(secret) in line], secret
     assert any("limit=2" in line for line in access_log)  # the rest of the query is kept
