@@ -23,7 +23,8 @@ Every message says what failed and what to do about it.
     ├── DeadlineReached          (crag.budget) the run's deadline for model calls came
     ├── StoreTimeout             (crag._bounded) a database did not answer in time (a TimeoutError)
     ├── RunRefused               (crag.app.runs) no run was started; `status` is the HTTP status
-    └── BadRequest               (crag.app.server.openai.request) an OpenAI request crag refuses
+    ├── BadRequest               (crag.app.server.openai.request) an OpenAI request crag refuses
+    └── KeyFileError             (crag.app.server.ops.keys) the key file is damaged, or a key is unknown
 
 A class drawn with its module in parentheses lives beside the code that raises it; the others
 are defined here. `tests/test_errors.py` checks this drawing against every exception class in crag.
@@ -105,9 +106,11 @@ class QueryRejected(CragError):
 
 _secrets: set[str] = set()
 _secrets_lock = threading.Lock()
-# OpenAI-style (sk-..., sk-proj-...), Tavily (tvly-...) keys, and bearer tokens.
+# OpenAI-style (sk-..., sk-proj-...), Tavily (tvly-...) keys, crag's own (crag_<id>_<secret>),
+# and bearer tokens.
 _KEY_SHAPED = re.compile(
-    r"\b(?:sk|tvly|pk|rk)-[A-Za-z0-9_\-]{6,}|(?i:bearer)\s+(?=[\w.~+/\-]*\d)[\w.~+/\-]{8,}=*"
+    r"\b(?:sk|tvly|pk|rk)-[A-Za-z0-9_\-]{6,}|crag_[0-9a-f]{12}_[A-Za-z0-9_\-]{20,}"
+    r"|(?i:bearer)\s+(?=[\w.~+/\-]*\d)[\w.~+/\-]{8,}=*"
 )
 REDACTED = "[redacted]"
 

@@ -13,4 +13,5 @@
 - `postgres`: a throwaway PostgreSQL cluster of one test's own.
 - `loopback`: loopback HTTP servers that speak OpenAI's and Tavily's APIs.
 - `hostile`: hostile files (zip bombs, slow PDFs, sparse files), made in the test.
+- `keys`: the key ring's scrypt, counted.
 """

@@ -6,6 +6,11 @@ take about as long, and the handshake needs only the SDK. Every `ask` starts its
 a `RunService` (crag.app.runs), as every door of `crag serve` does: under `crag serve` its
 own (admission, the run store), over stdio one of this process's, keeping its last
 `KEEP_TRACES` runs in memory.
+
+Who asks: under `crag serve`, the principal the door left on the HTTP request a call came in
+(crag.app.access), read by the tools; with no request to say (over stdio, where the caller is
+this machine's user), `Engine.unnamed`: `LOCAL` over stdio, `NOBODY` (who sees nothing) on a
+server, so that a call no door vouched for fails closed.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from threading import Thread
 from typing import TYPE_CHECKING, Any
+
+from crag.app.access import LOCAL, NOBODY, Principal
 
 if TYPE_CHECKING:
     from crag.app.runs import RunService
@@ -37,11 +45,13 @@ class Engine:
     _owned: bool = False  # the service is this engine's own (stdio): it keeps the run store small
     _started: deque[str] = field(default_factory=deque)
     session_manager: Any = None  # the MCP SDK's, under `crag serve` (server/routes/mcp.py)
+    unnamed: Principal = LOCAL  # who asks when no HTTP request says (module docstring)
+    collection: str | None = None  # over stdio, the one collection served (`crag mcp --collection`)
 
     @classmethod
     def ready(cls, settings: Settings, runs: RunService) -> Engine:
         """An engine on `crag serve`'s run service (its workflow follows the server's reloads)."""
-        engine = cls(settings)
+        engine = cls(settings, unnamed=NOBODY)
         engine._runs = runs  # `workflow()` reads the service's from then on
         return engine
 
@@ -58,8 +68,9 @@ class Engine:
                 from crag.workflows.factory import build_workflow
 
                 workflow = build_workflow(self.settings)
-                import crag.app.runs  # noqa: F401 - the service's imports, here rather than on the loop
                 import llama_agents.server  # noqa: F401
+
+                import crag.app.runs  # noqa: F401 - the service's imports, here rather than on the loop
             except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits it
                 _offload.resume_collection()  # were it held for the loading
                 self._future.set_exception(exc)
@@ -88,10 +99,11 @@ class Engine:
             from workflows.plugins.basic import BasicRuntime
 
             from crag.app.runs import RunService
+            from crag.index.collections import DEFAULT
 
             store = MemoryWorkflowStore()
             server = WorkflowServer(workflow_store=store, runtime=BasicRuntime())
-            runs = RunService(server, store, workflow, None)
+            runs = RunService(server, store, workflow, None, collection=self.collection or DEFAULT)
             await server.start()
             self._runs, self._owned = runs, True
         return self._runs
@@ -99,7 +111,7 @@ class Engine:
     def replace(self, workflow: CorrectiveRAGWorkflow) -> None:
         """Serve `workflow` from the next call on (after `ingest`)."""
         if self._runs is not None:
-            self._runs.serve(workflow, None)
+            self._runs.serve(workflow, None, self._runs.default.collection)
             return
         fresh: Future[CorrectiveRAGWorkflow] = Future()
         fresh.set_result(workflow)
@@ -122,6 +134,15 @@ class Engine:
         if doomed:
             await self._runs.store.delete(HandlerQuery(handler_id_in=doomed))
 
+    def index_path(self, collection: str) -> Path:
+        """The index folder of `collection`: over stdio the one served (its settings' own),
+        under `crag serve` its folder under the index folder (crag.index.collections)."""
+        if self._runs is None or self._owned:
+            return self.settings.index.path
+        from crag.index.collections import collection_path
+
+        return collection_path(self.settings.index.path, collection)
+
     @asynccontextmanager
     async def sessions(self) -> AsyncIterator[None]:
         """Under `crag serve`: the MCP SDK's session manager, for the app's lifespan."""
@@ -132,15 +153,13 @@ class Engine:
             yield
 
 
-def manifest(settings: Settings) -> dict:
-    """The live index's manifest as on disk (what a reload or an ingest serves next); blocking."""
-    from pathlib import Path
-
+def manifest(path: Path) -> dict:
+    """The manifest of the live index at `path` as on disk (what a reload or an ingest serves
+    next); blocking."""
     from crag.errors import IndexNotFoundError
     from crag.index.layout import live_version, read_manifest
     from crag.trace import file_id
 
-    path = settings.index.path
     try:
         found = read_manifest(live_version(path) / "manifest.json")
     except ValueError as exc:

@@ -12,8 +12,11 @@ runs from every door):
    (`RecordedWorkflow.run`) and the run timeout; the admission place is given back when the
    run ends, however it ends.
 
-The service also holds what is being served (the workflow and its index), so that a reload
-(`serve`) changes it for every door and for `/health` at once.
+The service also holds what is being served: one workflow and its index per collection
+(crag.index.collections; one, "default", unless the server serves several), so that a reload
+(`serve`) changes it for every door and for `/health` at once. Every start and every read of
+a stored run passes the caller's `Principal` (crag.app.access): a collection or a run the caller
+may not see answers as one that does not exist.
 
 `crag ask`, a process that asks one question and exits, runs it through a service of its own
 made `in_process`: the same checks, start, event stream and cancellation, with no workflow
@@ -34,7 +37,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from workflows.events import StartEvent
 
+from crag.app.access import LOCAL, Principal, Right
 from crag.errors import CragError
+from crag.index.collections import DEFAULT
 
 if TYPE_CHECKING:
     from llama_agents.client.protocol import HandlerData
@@ -47,6 +52,19 @@ if TYPE_CHECKING:
     from crag.workflows import CorrectiveRAGWorkflow
 
 WORKFLOW_NAME = "crag"
+
+
+def workflow_name(collection: str) -> str:
+    """The name a collection's workflow is served and recorded under: "crag", "crag:hr"."""
+    return WORKFLOW_NAME if collection == DEFAULT else f"{WORKFLOW_NAME}:{collection}"
+
+
+def collection_of(name: str) -> str | None:
+    """The collection a recorded workflow name belongs to; None for a name crag never serves."""
+    if name == WORKFLOW_NAME:
+        return DEFAULT
+    prefix, colon, collection = name.partition(":")
+    return collection if prefix == WORKFLOW_NAME and colon and collection and collection != DEFAULT else None
 
 
 class RunRefused(CragError):
@@ -76,6 +94,17 @@ class Admitting(Protocol):
 
 
 StoreProblem = Callable[[], Awaitable["str | None"]]  # why the store cannot record runs now
+
+
+@dataclass(frozen=True)
+class Served:
+    """One collection being served: its name, the workflow name its runs are recorded under,
+    and the workflow and index that answer it now (a reload replaces them)."""
+
+    collection: str
+    workflow_name: str
+    workflow: CorrectiveRAGWorkflow
+    index: ChunkIndex | None
 
 
 @dataclass
@@ -128,6 +157,7 @@ class RunService:
         admission: Admitting | None = None,
         store_problem: StoreProblem | None = None,
         live: set[str] | None = None,
+        collection: str = DEFAULT,
     ) -> None:
         self.server = server
         self.store = store
@@ -135,7 +165,9 @@ class RunService:
         self.store_problem = store_problem
         self.live = live if live is not None else set()  # run ids running here (the heartbeat's)
         self._watchers: set[asyncio.Task[None]] = set()  # held, so that none is collected early
-        self.serve(workflow, index)
+        self._claimed: set[str] = set()  # handler ids of runs starting or running here
+        self.collections: dict[str, Served] = {}
+        self.serve(workflow, index, collection)
 
     @classmethod
     def in_process(cls, workflow: CorrectiveRAGWorkflow) -> RunService:
@@ -144,51 +176,118 @@ class RunService:
 
     # --- what is served ------------------------------------------------------------------------
 
-    def serve(self, workflow: CorrectiveRAGWorkflow, index: ChunkIndex | None) -> None:
-        """Serve `workflow` (on `index`) from the next run on; running ones keep theirs."""
+    def serve(self, workflow: CorrectiveRAGWorkflow, index: ChunkIndex | None, collection: str = DEFAULT) -> None:
+        """Serve `workflow` (on `index`) for `collection` from the next run on; running ones keep theirs."""
+        name = workflow_name(collection)
         if self.server is not None:
-            self.server.add_workflow(WORKFLOW_NAME, workflow)
-        self.workflow, self.index = workflow, index
+            self.server.add_workflow(name, workflow)
+        self.collections[collection] = Served(collection, name, workflow, index)
+
+    @property
+    def default(self) -> Served:
+        """The default collection, else the first by name (what `served(None)` gives when it is the only one)."""
+        return self.collections.get(DEFAULT) or self.collections[min(self.collections)]
+
+    @property
+    def workflow(self) -> CorrectiveRAGWorkflow:
+        """The default collection's workflow (every collection's has the same graph)."""
+        return self.default.workflow
+
+    @property
+    def index(self) -> ChunkIndex | None:
+        return self.default.index
+
+    def visible(self, principal: Principal, right: Right = "ask") -> list[Served]:
+        """The collections `principal` may `right`, the default first, then by name."""
+        return [served for name, served in sorted(self.collections.items(), key=lambda kv: (kv[0] != DEFAULT, kv[0]))
+                if principal.may(right, name)]
+
+    def served(self, collection: str | None, principal: Principal = LOCAL, right: Right = "ask") -> Served:
+        """The collection a request names, if `principal` may `right` it; else `RunRefused` 404,
+        the same for a collection that exists and one that does not. None names the default
+        collection, or the caller's only one (a key for "hr" alone needs not say "hr")."""
+        if collection is None:
+            mine = [served.collection for served in self.visible(principal, right)]
+            if DEFAULT not in mine and len(mine) == 1:
+                collection = mine[0]
+            elif DEFAULT in self.collections or len(self.collections) == 1:
+                collection = self.default.collection
+            else:
+                raise RunRefused("This server serves several collections: name one "
+                                 f"({', '.join(mine) or 'none you may use'}).", status=400)
+        found = self.collections.get(collection)
+        if found is None or not principal.may(right, collection):
+            raise RunRefused(f"No collection {collection!r}.", status=404)
+        return found
+
+    def served_by_workflow(self, name: str, principal: Principal = LOCAL, right: Right = "ask") -> Served:
+        """`served` for a workflow name ("crag", "crag:hr"), as the run routes are addressed."""
+        collection = collection_of(name)
+        if collection is None:
+            raise RunRefused(f"No workflow {name!r}.", status=404)
+        try:
+            return self.served(collection, principal, right)
+        except RunRefused:
+            raise RunRefused(f"No workflow {name!r}.", status=404) from None
 
     # --- runs ----------------------------------------------------------------------------------
 
-    async def start(self, start: Mapping[str, Any] | StartEvent, *, handler_id: str | None = None) -> Run:
-        """Start a run of the served workflow with `start` (its start event's fields: `query`,
-        and `history` for a follow-up), recorded as `handler_id` (a new one if None).
-        `RunRefused` if it cannot start, saying why; nothing is started or held then."""
-        start_event = self._start_event(start)
-        if handler_id is not None and self.store is not None and await self.store.query(_by_id(handler_id)):
-            raise RunRefused(f"A run {handler_id!r} exists already; a handler id names one run.", status=409)
-        if self.store_problem is not None and (problem := await self.store_problem()) is not None:
-            raise RunRefused(f"No run was started: {problem}. GET /health says when it can record "
-                             "runs again.", status=503, retry_after=STORE_RETRY_AFTER)
-        place = await self._place()
+    async def start(self, start: Mapping[str, Any] | StartEvent, *, handler_id: str | None = None,
+                    collection: str | None = None, principal: Principal = LOCAL) -> Run:
+        """Start a run of `collection`'s workflow (None: the default) with `start` (its start
+        event's fields: `query`, and `history` for a follow-up), recorded as `handler_id` (a new
+        one if None). `RunRefused` if it cannot start, saying why; nothing is started or held then.
+
+        A `handler_id` is claimed before anything is awaited, so that requests racing with one
+        id start one run: the others get 409, as for an id already in the store. The 409 reads
+        the same whatever collection holds the id, and names nothing of it."""
+        served = self.served(collection, principal)
+        start_event = self._start_event(start, served.workflow)
+        if handler_id is not None:
+            if handler_id in self._claimed:
+                raise RunRefused(_TAKEN.format(handler_id), status=409)
+            self._claimed.add(handler_id)
         with ExitStack() as unless_started:
+            if handler_id is not None:
+                unless_started.callback(self._claimed.discard, handler_id)
+            if handler_id is not None and self.store is not None and await self.store.query(_by_id(handler_id)):
+                raise RunRefused(_TAKEN.format(handler_id), status=409)
+            if self.store_problem is not None and (problem := await self.store_problem()) is not None:
+                raise RunRefused(f"No run was started: {problem}. GET /health says when it can record "
+                                 "runs again.", status=503, retry_after=STORE_RETRY_AFTER)
+            place = await self._place()
             if place is not None:
                 unless_started.callback(place.release)
-            run = await self._launch(start_event, handler_id or _new_id())
-            unless_started.pop_all()  # the run holds its place until it ends
+            run = await self._launch(served, start_event, handler_id or _new_id())
+            unless_started.pop_all()  # the run holds its place (and its id) until it ends
         self._watch(run, place)
         return run
 
-    async def _launch(self, start_event: StartEvent, handler_id: str) -> Run:
+    async def _launch(self, served: Served, start_event: StartEvent, handler_id: str) -> Run:
         if self.server is None:  # in process: the workflow itself, as the server's service runs it
             run_id = _new_id()
-            return Run(handler_id, run_id, None, self.workflow.run(start_event=start_event, run_id=run_id))
+            return Run(handler_id, run_id, None, served.workflow.run(start_event=start_event, run_id=run_id))
         from crag._compat.workflow_server import HandlerAlreadyRunningError, start_run
 
         try:
-            record, handler = await start_run(self.server, self.workflow, handler_id, start_event)
-        except HandlerAlreadyRunningError as exc:  # the same id sent twice at once
-            raise RunRefused(str(exc), status=409) from None
+            record, handler = await start_run(self.server, served.workflow, handler_id, start_event)
+        except HandlerAlreadyRunningError:  # the same id sent twice at once
+            raise RunRefused(_TAKEN.format(handler_id), status=409) from None
         return Run(record.handler_id, str(record.run_id), record, handler)
 
-    async def stored(self, handler_id: str) -> PersistentHandler | None:
-        """The stored record of the run `handler_id`, whatever its door, or None."""
+    async def stored(self, handler_id: str, principal: Principal = LOCAL) -> PersistentHandler | None:
+        """The stored record of the run `handler_id`, whatever its door, or None: also when it
+        belongs to a collection `principal` may not see."""
         if self.store is None:
             return None
         found = await self.store.query(_by_id(handler_id))
-        return found[0] if found else None
+        return found[0] if found and self.may_see(found[0].workflow_name, principal) else None
+
+    def may_see(self, recorded_workflow: str, principal: Principal) -> bool:
+        """Whether `principal` may see a run recorded under `recorded_workflow` (the one check
+        every read of a stored run makes: crag.app.access)."""
+        collection = collection_of(recorded_workflow)
+        return collection is not None and principal.may("ask", collection)
 
     @asynccontextmanager
     async def admitted(self) -> AsyncIterator[None]:
@@ -201,7 +300,7 @@ class RunService:
             if place is not None:
                 place.release()
 
-    def _start_event(self, start: Mapping[str, Any] | StartEvent) -> StartEvent:
+    def _start_event(self, start: Mapping[str, Any] | StartEvent, workflow: CorrectiveRAGWorkflow) -> StartEvent:
         """`start` as the workflow's start event, its question checked as a run would check it."""
         from pydantic import ValidationError
 
@@ -210,7 +309,7 @@ class RunService:
 
         try:
             event = start if isinstance(start, StartEvent) else \
-                self.workflow.start_event_class.model_validate(dict(start))
+                workflow.start_event_class.model_validate(dict(start))
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'start event'}: {e['msg']}"
                                  for e in exc.errors())
@@ -250,12 +349,14 @@ class RunService:
                 if place is not None:
                     place.release()
                 self.live.discard(run.run_id)
+                self._claimed.discard(run.handler_id)  # the store holds the id from now on
 
         task = asyncio.create_task(until_end())
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
 
 
+_TAKEN = "The handler id {!r} is taken; a handler id names one run. Send another, or none."
 STORE_RETRY_AFTER = 5  # seconds: a store outage outlasts a busy moment
 _DETACHED: set[asyncio.Task[None]] = set()  # held, so that a pending cancellation is not collected
 

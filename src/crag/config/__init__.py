@@ -76,6 +76,7 @@ __all__ = [
 
 CONFIG_FILE = "crag.toml"
 ENV_PREFIX = "CRAG_"
+ALLOW_READERS = "CRAG_ALLOW_READERS"  # =1: run readers named by a ./crag.toml found, not given
 
 
 class Settings(Section):
@@ -108,18 +109,29 @@ class Settings(Section):
         """Merge defaults, the TOML file, the environment and `overrides` (section -> values)."""
         env = dict(os.environ) if env is None else env
         merged: dict[str, dict[str, Any]] = {}
-        for layer in (_read_toml(config_file), _from_env(env), overrides):
+        toml, given = _read_toml(config_file), (_from_env(env), overrides)
+        for layer in (toml, *given):
             for section, values in layer.items():
                 if not isinstance(values, dict):
                     raise ConfigError(f"Config section [{section}] must be a table of settings.")
                 merged.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
         try:
-            return cls.model_validate(merged)
+            settings = cls.model_validate(merged)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
             )
             raise ConfigError(f"Invalid crag settings: {problems}") from None
+        # Readers are code: from ./crag.toml, found and not given, they run only if allowed.
+        found = not config_file and _names_readers(toml) and not any(map(_names_readers, given))
+        if found and env.get(ALLOW_READERS, "").strip().lower() not in ("1", "true", "yes"):
+            settings.ingest.readers_found_in(Path(CONFIG_FILE).absolute())
+        return settings
+
+
+def _names_readers(layer: dict[str, Any]) -> bool:
+    section = layer.get("ingest")
+    return isinstance(section, dict) and section.get("readers") is not None
 
 
 def _read_toml(config_file: str | Path | None) -> dict[str, Any]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from crag.config.section import Section
+from crag.errors import ConfigError
 
 
 class IndexSettings(Section):
@@ -93,3 +94,27 @@ class IngestSettings(Section):
             if not module or not name:
                 raise ValueError(f"{suffix} = {target!r}: write the reader as \"module:function\"")
         return {suffix.lower(): target for suffix, target in readers.items()}
+
+    # The crag.toml that `Settings.load` found on its own (the working directory's) when it is
+    # what named `readers`; None when they are the user's own (given in code, or by a file named
+    # with --config) or allowed. Private, so no settings file can set it.
+    _readers_found_in: Path | None = PrivateAttr(None)
+
+    def readers_found_in(self, file: Path | None) -> None:
+        """Record that `file`, a crag.toml found rather than given, named `readers` (None: allow them)."""
+        self._readers_found_in = file
+
+    def readers_to_run(self) -> dict[str, str]:
+        """`readers`, which crag imports and runs: a `ConfigError` instead when a crag.toml crag
+        found on its own named them, for that file may have come with the documents (a cloned
+        folder's), and a reader is code."""
+        found = self._readers_found_in
+        if found is None or not self.readers:
+            return self.readers
+        named = ", ".join(f'"{suffix}" = "{target}"' for suffix, target in self.readers.items())
+        raise ConfigError(
+            f"{found} names readers ({named}), code that crag would run, and it was found in the working "
+            "directory, not given: it may have come with the documents, so they are not run. If the file "
+            f"is yours, name it (crag --config {found} ingest ...), or pass crag ingest --allow-readers, "
+            "or set CRAG_ALLOW_READERS=1."
+        )

@@ -3,6 +3,8 @@ the grade cache (`[cache]`), the run's time (`[run]`) and `crag serve` (`[server
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field, SecretStr
 
 from crag.config.section import Section
@@ -87,8 +89,16 @@ class ServerSettings(Section):
     )
     store: str | None = Field(
         None,
-        description="Where runs are kept: a SQLite file (default: server.db beside the index) "
-        "or a postgresql:// URL, shared by several server processes.",
+        description="Where runs are kept: a SQLite file (default: server.db in the index folder, "
+        "one per served index set) or a postgresql:// URL, shared by several server processes.",
+    )
+    collections: list[str] | None = Field(
+        None, description="The collections served (by name; 'default' is the index folder itself); "
+        "none given: every collection found in the index folder."
+    )
+    keys_file: Path | None = Field(
+        None, description="The keys `crag keys` creates (hashed), which `crag serve` accepts beside "
+        "api_key (default: keys.json in the index folder)."
     )
     max_runs: int = Field(8, ge=1, description="Runs in flight at once; more wait in a queue.")
     max_queue: int = Field(
@@ -97,6 +107,14 @@ class ServerSettings(Section):
         "then wait no more than one run's time (benchmarks/load.py --http)."
     )
     max_body_bytes: int = Field(65_536, ge=1024, description="Largest request body; larger is a 413.")
+    header_timeout: float = Field(
+        10.0, gt=0, description="Seconds a connection has to send a request's headers, from its "
+        "opening or its previous response; then it is closed."
+    )
+    max_connections: int = Field(
+        1000, ge=1, description="Connections open at once; beyond it a new one replaces the one "
+        "waiting longest for its headers, or is closed when every one is busy with a request."
+    )
     keep_runs: int = Field(10_000, ge=1, description="Finished runs kept in the store; older ones pruned.")
     keep_days: float = Field(30.0, gt=0, description="Days a finished run is kept in the store.")
     orphan_after: float = Field(

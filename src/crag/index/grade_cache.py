@@ -62,15 +62,26 @@ def normalise_question(question: str) -> str:
     return re.sub(r"\s+", " ", question).strip().rstrip("?!. ").casefold()
 
 
-def grade_key(*, grader: str, model: str, prompt_version: str, question: str, content: str) -> str:
-    """The cache key of one grade: a hash over everything that could change the grade."""
-    parts = (grader, model, prompt_version, normalise_question(question), content)
+def grade_key(*, grader: str, model: str, prompt_version: str, question: str, content: str, scope: str = "") -> str:
+    """The cache key of one grade: a hash over everything that could change the grade, and in a
+    cache several indexes share, whose chunk it is (`scope`: `grade_scope`)."""
+    parts = (grader, model, prompt_version, normalise_question(question), content) + ((scope,) if scope else ())
     digest = hashlib.sha256()
     for part in parts:
         encoded = part.encode("utf-8", "surrogatepass")
         digest.update(len(encoded).to_bytes(8, "big"))  # length-prefixed: no two tuples collide
         digest.update(encoded)
     return digest.hexdigest()
+
+
+def grade_scope(cache: GradeCache | AsyncGradeCache, index_path: Path | None) -> str:
+    """What keys the grades in `cache` to the index at `index_path`: nothing for the index's own
+    grades.sqlite (in its folder, its keys as they always were); else the index folder, so that
+    in a cache several indexes share (PostgreSQL's, one per server) a grade of one collection's
+    chunk is never found through another collection, which would tell it that chunk's text."""
+    if index_path is None or (isinstance(cache, GradeCache) and cache.path.parent == index_path):
+        return ""
+    return str(index_path.resolve())
 
 
 def usable_score(value: object) -> float | None:

@@ -32,7 +32,16 @@ DAMAGED_FILE = (ValueError, EOFError, SyntaxError, TokenError, LookupError, Type
 EMBEDDING_DIM = 256
 POINTER = "CURRENT"
 VERSION_NAME = re.compile(r"v(\d+)")
-OWN_NAMES = re.compile(r"(CURRENT|\.lock|v\d+|\.v\d+\.tmp-\w+|\.CURRENT\.tmp-\w+)")
+# What crag keeps in an index folder: the versions and their pointer, the write lock, the named
+# collections' folder, the grade cache, the run store and the keys file (with their journals and
+# locks); no ingest removes any but stale versions and interrupted writes.
+OWN_NAMES = re.compile(
+    r"(CURRENT|\.lock|v\d+|\.v\d+\.tmp-\w+|\.CURRENT\.tmp-\w+|collections|keys\.json(\.lock)?|\.keys\.json\.tmp-\w+"
+    r"|(server\.db|grades\.sqlite)(-wal|-shm|-journal|\.corrupt-\d+)?)"
+)
+# An ingest's own interrupted writes: a version or pointer being written (not another writer's
+# temporary file, such as the keys file's, which that writer renames into place).
+INTERRUPTED = re.compile(r"\.(v\d+|CURRENT)\.tmp-\w+")
 
 
 class OldIndexFormatError(IndexNotFoundError):
@@ -188,7 +197,7 @@ def remove_stale(path: Path, keep: set[str], store: VectorStoreOptions) -> None:
         stale_version = VERSION_NAME.fullmatch(entry.name) and entry.name not in keep
         if stale_version and store.kind == "server":
             drop_collection(store, path, entry / "manifest.json")
-        if stale_version or ".tmp-" in entry.name or entry.name in FORMAT1_FILES:
+        if stale_version or INTERRUPTED.fullmatch(entry.name) or entry.name in FORMAT1_FILES:
             if entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
             else:

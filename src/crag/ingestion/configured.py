@@ -49,7 +49,7 @@ def ingest_with_settings(
         chunker=chunker,
         summarize=summarize,
         vector_store=vector_store_options(settings),
-        readers=settings.ingest.readers,
+        readers=settings.ingest.readers_to_run(),  # refused if found with the documents
         limits=read_limits(settings),
     )
 

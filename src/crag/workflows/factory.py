@@ -9,7 +9,7 @@ from crag.config import LLMSettings, Settings
 from crag.errors import ConfigError
 from crag.index import ChunkIndex
 from crag.index.grade_cache import FILE_NAME as GRADE_CACHE_FILE
-from crag.index.grade_cache import AsyncGradeCache, GradeCache
+from crag.index.grade_cache import AsyncGradeCache, GradeCache, grade_scope
 from crag.ingestion.configured import llm_options, options_of, vector_store_options
 from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, WebSearch
 from crag.models import LLMFactory, WordLlamaEmbedding
@@ -187,7 +187,8 @@ def _grader(
     if settings.cache.enabled and cache is None and index.path is not None:
         cache = GradeCache(index.path / GRADE_CACHE_FILE, max_entries=settings.cache.max_entries)
     if settings.cache.enabled and cache is not None:
-        model = CachedGrader(model, cache, model=model_id(settings.llm), version=version)
+        model = CachedGrader(model, cache, model=model_id(settings.llm), version=version,
+                             scope=grade_scope(cache, index.path))
     if options.kind == "cascade":
         return CascadeGrader(evaluator, model, band=(options.band_low, options.band_high))
     return model

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, unquote_plus
 
 import httpx
 import pytest
@@ -16,10 +16,12 @@ from support.loopback import uvicorn_serving
 
 from crag import Settings
 from crag.app.server import build_server
+from crag.app.server.ops.transport import uvicorn_options
 from crag.app.server.store import store_for
 from crag.errors import hide_password, redact
 
 SERVER_KEY = "PLANTED.server.51c0ffee"
+SCOPED = "crag_0a1b2c3d4e5f_" + "Pl4nted-scoped_key" * 2 + "x" * 7  # crag_<id>_<secret>, 43 characters
 ASIDE = st.lists(st.sampled_from(["sslmode=require", "application_name=crag", "connect_timeout=5"]), max_size=3)
 
 
@@ -56,6 +58,12 @@ QUERIES = [  # (query, the secret in it)
     ("k=sk-proj-abcdef123456", "sk-proj-abcdef123456"),  # shaped like a key, whatever its name
     (f"q={SERVER_KEY}", SERVER_KEY),  # this server's own key, whatever its name
     (quote(f"{SERVER_KEY}"), SERVER_KEY),  # bare
+    (f"limit=2&{SERVER_KEY}=1", SERVER_KEY),  # the key as a parameter's name, with a value
+    ("".join(f"%{b:02X}" for b in SERVER_KEY.encode()) + "=1", SERVER_KEY),  # ... percent-encoded
+    (f"{SCOPED}", SCOPED),  # a key of `crag keys`, by its shape, as a name
+    (f"{SCOPED}=", SCOPED),
+    (f"q={SCOPED}", SCOPED),
+    (f"%63{SCOPED[1:]}=1", SCOPED),  # its first letter encoded
 ]
 
 
@@ -82,5 +90,36 @@ def test_a_key_in_the_query_string_is_not_written_to_the_access_log(
     for _, secret in QUERIES:
         if secret == SERVER_KEY and not with_key:
             continue  # a server with no key has no key to hide: that string is only a query
-        assert not [line for line in access_log if secret in line or quote(secret) in line], secret
+        assert not [line for line in access_log if secret in unquote_plus(line) or quote(secret) in line], secret
     assert any("limit=2" in line for line in access_log)  # the rest of the query is kept
+
+
+PATHS = [  # a key in the path is printed too: a guessed route, a run id, a file id
+    f"/{SCOPED}",
+    f"/handlers/{SCOPED}",
+    f"/files/{SERVER_KEY}",
+    "/handlers/" + "".join(f"%{b:02X}" for b in SERVER_KEY.encode()),  # percent-encoded
+    f"/handlers/x{SCOPED}/trace",
+    f"/health?{SERVER_KEY}=1",
+]
+
+
+def test_a_key_in_the_path_is_not_written_to_the_access_log(sample_index_dir: Path, tmp_path: Path) -> None:
+    settings = Settings.load(env={"CRAG_API_KEY": SERVER_KEY}, index={"path": sample_index_dir},
+                             server={"store": str(tmp_path / "s.db")})
+    options = uvicorn_options(settings.server)  # as `crag serve` runs uvicorn
+    access_log: list[str] = []
+    with uvicorn_serving(build_server(settings).app, log_level="info", **options) as url:
+        logger = logging.getLogger("uvicorn.access")
+        keep = logging.Handler()
+        keep.emit = lambda record: access_log.append(record.getMessage())  # type: ignore[method-assign]
+        logger.addHandler(keep)
+        try:
+            for path in PATHS:
+                httpx.get(f"{url}{path}", headers={"Authorization": f"Bearer {SERVER_KEY}"})
+        finally:
+            logger.removeHandler(keep)
+    assert len(access_log) == len(PATHS)
+    for secret in (SERVER_KEY, SCOPED):
+        assert not [line for line in access_log if secret in unquote_plus(line)], secret
+    assert all("redacted" in line for line in access_log)  # each line says where it hid one

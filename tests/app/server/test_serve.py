@@ -294,11 +294,11 @@ def test_the_api_key_comes_from_crag_api_key_and_stays_hidden() -> None:
     assert "crag-alias-key-123" not in repr(settings) and "crag-alias-key-123" not in str(settings.model_dump())
 
 
-def test_the_store_is_sqlite_beside_the_index_unless_a_url_names_postgresql(tmp_path: Path) -> None:
+def test_the_store_is_sqlite_in_the_index_folder_unless_a_url_names_postgresql(tmp_path: Path) -> None:
     beside = store_for(Settings.load(env={}, index={"path": tmp_path / "idx"}))
     shared = store_for(Settings.load(env={}, server={"store": "postgresql://crag:s3cret-pw@db:5432/crag"}))
 
-    assert (beside.kind, beside.where) == ("sqlite", str(tmp_path / "server.db"))
+    assert (beside.kind, beside.where) == ("sqlite", str(tmp_path / "idx" / "server.db"))
     assert (shared.kind, shared.where) == ("postgresql", "postgresql://crag@db:5432/crag")
     assert "s3cret-pw" not in redact("connect to postgresql://crag:s3cret-pw@db failed")
 
@@ -375,6 +375,27 @@ def test_a_finished_runs_handler_id_cannot_be_reused_and_its_record_stays(base_u
     for route in ("run", "run-nowait"):
         again = httpx.post(f"{base_url}/workflows/crag/{route}",
                            json={"start_event": {"query": WEB}, "handler_id": handler_id}, timeout=60)
-        assert again.status_code == 409 and "exists already" in again.json()["detail"]
+        assert again.status_code == 409 and "is taken" in again.json()["detail"]
     kept = httpx.get(f"{base_url}/handlers/{handler_id}").json()
     assert kept["status"] == "completed" and kept["result"] == first.json()["result"]
+
+
+async def test_requests_racing_with_one_new_handler_id_start_one_run_and_nobody_gets_anothers_answer(
+    base_url: str,
+) -> None:
+    handler_id = "raced-" + os.urandom(6).hex()
+    questions = [ANSWERED, WEB] * 6  # twelve callers, two questions
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
+        replies = await asyncio.gather(*(
+            client.post("/workflows/crag/run", json={"start_event": {"query": q}, "handler_id": handler_id})
+            for q in questions))
+
+    started = [(q, r) for q, r in zip(questions, replies, strict=True) if r.status_code == 200]
+    refused = [r for r in replies if r.status_code == 409]
+    assert len(started) == 1 and len(refused) == 11, [r.status_code for r in replies]
+    asked, reply = started[0]
+    assert CragResult.model_validate(reply.json()["result"]["value"]["result"]).query == asked  # its own answer
+    assert all("is taken" in r.json()["detail"] for r in refused)
+    kept = httpx.get(f"{base_url}/handlers/{handler_id}").json()
+    assert kept["status"] == "completed" and kept["result"] == reply.json()["result"]

@@ -2,12 +2,16 @@
 the server's origin (issue 32): a file swapped for a link (or a folder on its way, or a FIFO)
 after ingest is a 404, checked again at every request; every reply has a type from an
 allow-list, is never sniffed, and is sandboxed, so an ingested HTML page runs no script in
-Chromium."""
+Chromium. The manifest is not trusted either (issue 41): a file is served only with the size and
+SHA-256 ingest recorded, hashed once per version of the file, and never from the index folder."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +23,9 @@ from support.paths import DOCUMENTS
 
 import crag
 from crag.app.server import build_server
-from crag.app.server.routes.files import byte_range, headers_for
+from crag.app.server.routes import files
+from crag.app.server.routes.files import NOT_FOUND, byte_range, headers_for
+from crag.index.layout import live_version
 from crag.trace import file_id
 
 DATA = DOCUMENTS / "good"
@@ -186,3 +192,70 @@ def test_a_range_header_is_read_as_the_standard_says(header: str | None, expecte
     assert byte_range(header, 1000) == expected
     with pytest.raises(ValueError, match="range starts at byte 1000, the file has 1000"):
         byte_range("bytes=1000-", 1000)
+
+
+def test_a_manifest_edited_to_name_another_file_serves_nothing(tmp_path: Path) -> None:
+    """After a restart, an edited manifest names a secret outside (with its size), a file in the
+    index folder (with its true size and hash) and a file with no hash: all are 404 as missing."""
+    docs, secret = tmp_path / "docs", tmp_path / "shadow"
+    docs.mkdir()
+    (docs / "notes.md").write_text("# Notes\n\nThe inverter's fan starts at 60 degrees.\n")
+    secret.write_text("root:$6$not-yours:19000:0:99999:7:::\n")
+    crag.ingest([docs], tmp_path / "index")
+    keys = tmp_path / "index" / "private.json"  # as the index's own keys.json would be
+    keys.write_text('{"keys": "not-yours"}')
+    manifest_file = live_version(tmp_path / "index") / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    (ingested,) = manifest["files"].values()
+    manifest["files"][str(secret)] = {**ingested, "size": secret.stat().st_size}
+    manifest["files"][str(keys)] = {**ingested, "size": keys.stat().st_size,
+                                    "sha256": hashlib.sha256(keys.read_bytes()).hexdigest()}
+    manifest["files"][str(tmp_path / "bare.md")] = {"mtime_ns": 0}
+    (tmp_path / "bare.md").write_text("not-yours")
+    manifest_file.write_text(json.dumps(manifest))
+    settings = crag.Settings.load(env={}, index={"path": tmp_path / "index"},
+                                  server={"store": str(tmp_path / "server.db")})
+    with uvicorn_serving(build_server(settings).app) as base:
+        assert httpx.get(base + link(docs / "notes.md")).status_code == 200  # what was ingested still is
+        for planted in (secret, keys, tmp_path / "bare.md"):
+            reply = httpx.get(base + link(planted))
+            assert reply.status_code == 404 and reply.json() == NOT_FOUND, planted
+            assert b"not-yours" not in reply.content
+
+
+def test_a_file_edited_since_its_ingest_is_not_served(corpus: Path, url: str) -> None:
+    notes = corpus / "docs" / "sub" / "notes.md"
+    original = notes.read_bytes()
+    try:
+        notes.write_bytes(original.replace(b"60", b"99"))  # the same size: only its hash tells
+        reply = httpx.get(url + link(notes))
+        assert reply.status_code == 404 and reply.json() == NOT_FOUND
+    finally:
+        notes.write_bytes(original)
+    assert httpx.get(url + link(notes)).content == original  # as ingested again: served again
+
+
+def test_a_file_is_hashed_once_until_it_changes(corpus: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    hashed: list[int] = []
+
+    def counted(fd: int) -> str | None:
+        hashed.append(fd)
+        return sha256_of(fd)
+
+    sha256_of = files.sha256_of
+    monkeypatch.setattr(files, "sha256_of", counted)
+    pdf = corpus / "docs" / "handbook.pdf"
+    os.utime(pdf)  # a version of it this server has not seen (its ctime moves)
+    replies: list[httpx.Response] = []
+    asking = [threading.Thread(target=lambda: replies.append(httpx.get(url + link(pdf), timeout=30)))
+              for _ in range(8)]
+    for thread in asking:  # at once: a viewer asks for several ranges of a large PDF together
+        thread.start()
+    for thread in asking:
+        thread.join()
+    replies.append(httpx.get(url + link(pdf), headers={"Range": "bytes=0-9"}))
+    assert [r.status_code for r in replies] == [200] * 8 + [206]
+    assert len(hashed) == 1
+    os.utime(pdf, ns=(pdf.stat().st_atime_ns, pdf.stat().st_mtime_ns))  # mtime set back: ctime still moves
+    assert httpx.get(url + link(pdf)).content == pdf.read_bytes()
+    assert len(hashed) == 2

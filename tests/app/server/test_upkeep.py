@@ -37,7 +37,7 @@ def _handler(handler_id: str, status: str = "running", age: float = 0.0) -> Pers
 
 def _upkeep(store, kind: str, where: str, tmp_path: Path, **kw) -> Upkeep:  # noqa: ANN001
     options = {"keep_runs": 1000, "keep_days": 30.0, "orphan_after": 1.0} | kw
-    return Upkeep(store, kind, where, live=LiveRuns(), index_path=tmp_path, **options)
+    return Upkeep(store, kind, where, live=LiveRuns(), **options)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -574,7 +574,8 @@ def test_a_reader_named_in_crag_toml_reads_its_suffix_and_is_cited_like_the_othe
 ) -> None:
     (tmp_path / "crag.toml").write_text('[ingest]\nreaders = { ".log" = "myreaders:read_log" }\n')
     index = tmp_path / "index"
-    assert main(["ingest", str(log_folder), "--index", str(index), "--quiet"]) == 0
+    # Named: readers in a crag.toml found, not given, run only if allowed (tests/ingestion/test_custom.py).
+    assert main(["--config", "crag.toml", "ingest", str(log_folder), "--index", str(index), "--quiet"]) == 0
     assert capsys.readouterr().out.startswith("1 file(s) read, 0 unchanged, ")
     source = ask(capsys, index, "How big was the Wumble cache when it overflowed?")["sources"][0]
     assert (source["file"], source["section"]) == ("app.log", "errors")
@@ -603,9 +604,9 @@ def test_a_reader_that_cannot_be_imported_is_a_config_error_naming_it(
     with pytest.raises(crag.ConfigError, match=reason):
         crag.ingest([log_folder], tmp_path / "index", readers={".log": target})
     (tmp_path / "crag.toml").write_text(f'[ingest]\nreaders = {{ ".log" = "{target}" }}\n')
-    assert main(["ingest", str(log_folder), "--index", str(tmp_path / "index"), "--quiet"]) == 2
+    assert main(["ingest", str(log_folder), "--index", str(tmp_path / "index"), "--quiet", "--allow-readers"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("crag: error: ") and err.count("\n") == 1 and target in err
+    assert err.startswith("crag: error: ingest.readers: ") and err.count("\n") == 1 and target in err
     assert not (tmp_path / "index").exists()
 
 

@@ -1,4 +1,4 @@
-"""The `crag` command: ingest, ask, draw, serve, mcp, cache, demo (and eval, calibrate).
+"""The `crag` command: ingest, ask, draw, serve, mcp, cache, keys, demo (and eval, calibrate).
 
 One module per command, each with `add(sub)`, which adds its parser, and `run(args)`, which
 runs it and returns its exit status; this module parses and turns errors into exit statuses.
@@ -13,14 +13,14 @@ import os
 import sys
 from pathlib import Path
 
-from crag.app.cli import ask, cache, demo, draw, ingest, mcp, serve
+from crag.app.cli import ask, cache, demo, draw, ingest, keys, mcp, serve
 from crag.app.cli.common import say
 from crag.app.cli.demo import DEMO_QUESTIONS
 from crag.app.cli.ingest import PARTIAL
 
 __all__ = ["DEMO_QUESTIONS", "PARTIAL", "main"]
 
-COMMANDS = (ingest, ask, draw, serve, mcp, cache, demo)  # in `crag --help`'s order
+COMMANDS = (ingest, ask, draw, serve, mcp, cache, keys, demo)  # in `crag --help`'s order
 
 
 def main(argv: list[str] | None = None) -> int:

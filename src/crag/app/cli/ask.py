@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crag.app.cli.common import format_result, say, settings_for
-from crag.cli_flags import add_budget_flags
+from crag.cli_flags import add_budget_flags, add_collection_flag
 
 if TYPE_CHECKING:
     from crag.app.progress import DeltaCallback, StepCallback
@@ -45,6 +45,7 @@ def add(sub: Any) -> None:
     p.add_argument("--trace", type=Path, metavar="FILE.json",
                    help="save the run's trace (steps, times, events, calls) for `crag draw --trace`")
     p.add_argument("-q", "--quiet", action="store_true", help="no step progress on stderr")
+    add_collection_flag(p)
     add_budget_flags(p)
     p.set_defaults(func=run, owns_process=True)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from crag.app.cli.common import settings_for
+from crag.cli_flags import add_collection_flag
 
 
 def add(sub: Any) -> None:
@@ -16,12 +17,19 @@ def add(sub: Any) -> None:
     p.add_argument("--index", type=Path)
     p.add_argument("--store", metavar="URL",
                    help="the grade cache of `crag serve` on this postgresql:// store instead")
+    add_collection_flag(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from crag.app.grade_cache import cache_stats, clear_cache
 
+    if args.store and args.collection:
+        from crag.errors import ConfigError
+
+        # Its grades are keyed by their collection's index, not kept apart: its stats or clear are all of them.
+        raise ConfigError("The grade cache in PostgreSQL is shared by every collection; give --store alone "
+                          "(stats or clear all of it), or --collection alone (the one beside that collection).")
     settings = settings_for(args)
     if args.action == "clear":
         cleared, where = clear_cache(settings, args.store)

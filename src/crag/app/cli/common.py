@@ -26,8 +26,11 @@ def say(message: str) -> None:
 
 def settings_for(args: argparse.Namespace, **overrides: dict[str, Any]) -> Settings:
     """The settings a command runs with: defaults < `--config` (or ./crag.toml) < `CRAG_*`
-    variables < its flags (the index's and the budget's here, the rest in `overrides`)."""
+    variables < its flags (the index's, the collection's and the budget's here, the rest in
+    `overrides`). A `--collection` that cannot name one is a `ConfigError`; one that holds no
+    index yet, an `IndexNotFoundError` (but for `crag ingest`, which makes it)."""
     from crag.config import Settings
+    from crag.index.collections import collection_settings
 
     overrides.setdefault("budget", budget_overrides(args))
     index = {
@@ -37,7 +40,10 @@ def settings_for(args: argparse.Namespace, **overrides: dict[str, Any]) -> Setti
         "window_size": getattr(args, "window_size", None),
         "summaries": getattr(args, "summaries", None),
     }
-    return Settings.load(args.config, index=index, **overrides)
+    settings = Settings.load(args.config, index=index, **overrides)
+    # Only an ingest makes a collection; any other command reads one that must hold an index.
+    existing = not getattr(args, "creates_index", False)
+    return collection_settings(settings, getattr(args, "collection", None), existing=existing)
 
 
 def format_result(result: CragResult, *, answer: bool = True) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from crag.app.cli.common import say, settings_for
+from crag.cli_flags import add_collection_flag
 
 PARTIAL = 3
 """`crag ingest`'s exit status when some files were left out and the rest ingested."""
@@ -30,7 +31,10 @@ def add(sub: Any) -> None:
     p.add_argument("--summaries", action="store_true", default=None,
                    help="write a summary per document (for --retriever summary)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    p.set_defaults(func=run)
+    p.add_argument("--allow-readers", action="store_true",
+                   help="run the readers (code) a ./crag.toml names though it was not given with --config")
+    add_collection_flag(p)
+    p.set_defaults(func=run, creates_index=True)  # a --collection named is made
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from crag.ingestion.configured import ingest_with_settings
 
     settings = settings_for(args)
+    if args.allow_readers:
+        settings.ingest.readers_found_in(None)
     with nullcontext(None) if args.quiet else ingest_progress() as progress:
         report = ingest_with_settings(args.paths, settings, progress)
     for reason in report.skipped:

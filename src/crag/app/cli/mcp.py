@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from crag.app.cli.common import say, settings_for
-from crag.cli_flags import add_budget_flags
+from crag.cli_flags import add_budget_flags, add_collection_flag
 
 MCP_HINT = "crag mcp needs the MCP SDK, which is not installed: pip install 'crag-workflows[mcp]'"
 
@@ -22,6 +22,7 @@ def add(sub: Any) -> None:
     p.add_argument("--web-corpus", type=Path, help="folder or .jsonl searched as the web (offline)")
     p.add_argument("--allow-ingest", action="store_true",
                    help="add the ingest tool, which writes files into the index (off: clients only read)")
+    add_collection_flag(p)
     add_budget_flags(p)
     p.set_defaults(func=run, owns_process=True)
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from crag.app.mcp_engine import Engine
     from crag.app.mcp_server import serve_stdio
 
-    engine = Engine(settings)
+    engine = Engine(settings, collection=args.collection)
     # The workflow loads in a thread while the handshake is answered: both are Python under one
     # GIL, so starting it before the SDK's import would only slow that import (the handshake).
     engine.start_loading(settle_heap=True)  # this process is crag mcp's own

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from crag.app.cli.common import settings_for
-from crag.cli_flags import add_budget_flags
+from crag.cli_flags import add_budget_flags, add_collection_flag
 
 
 def add(sub: Any) -> None:
@@ -17,8 +17,9 @@ def add(sub: Any) -> None:
     p.add_argument("--index", type=Path)
     p.add_argument("--web-corpus", type=Path, help="folder or .jsonl searched as the web (offline)")
     p.add_argument("--store", metavar="FILE|URL",
-                   help="where runs are kept: a SQLite file (default: server.db beside the index) "
+                   help="where runs are kept: a SQLite file (default: server.db in the index folder) "
                    "or a postgresql:// URL shared by several servers")
+    add_collection_flag(p, repeatable=True)
     add_budget_flags(p)
     p.set_defaults(func=run, owns_process=True)
 
@@ -31,6 +32,6 @@ def run(args: argparse.Namespace) -> int:
     serve(settings_for(
         args,
         web_search={"corpus": args.web_corpus},
-        server={"host": args.host, "port": args.port, "store": args.store},
+        server={"host": args.host, "port": args.port, "store": args.store, "collections": args.collections},
     ))
     return 0

@@ -4,10 +4,16 @@ step by step as the server's event stream arrives, then read why the run went as
 One self-contained page: the graph is the same inline SVG as `crag draw` (every step given room
 for its time), and a small inline script drives it from the server's own routes:
 
-    POST /workflows/crag/run-nowait     start a run
+    GET  /v1/models                     the collections the key may ask ("crag", "crag:hr")
+    POST /workflows/{model}/run-nowait  start a run in the collection picked
     GET  /events/{id}?sse=false         its StepProgressEvents, as lines of JSON
     GET  /handlers/{id}/explanation     the finished run's why (`explanation_html`)
     GET  /handlers?limit=15             recent runs, each linked to /handlers/{id}/trace
+
+The page is the same for every caller: what a key may see comes from the server's routes,
+which answer only of that key's collections. A server that serves the key more than one
+collection gets a picker beside the question, and each recent run names its collection;
+with one, the page shows neither.
 
 With an API key on the server, the page asks for it once and keeps it in the tab only
 (`sessionStorage`), sending it as `Authorization: Bearer KEY`.
@@ -39,7 +45,8 @@ CSS = """\
 .crag .live-row { display: flex; flex-wrap: wrap; gap: 8px 28px; align-items: flex-start; }
 .crag .side { flex: 1 1 420px; min-width: 360px; }
 .crag .runs { font-size: 14px; padding-left: 18px; } .crag .runs a { color: #1d4ed8; }
-.crag .runs .verdict-tag { font-weight: 600; }
+.crag .runs .verdict-tag { font-weight: 600; } .crag .runs .collection-tag { color: #64748b; }
+.crag select { font-size: 15px; padding: 6px 8px; border: 1px solid #94a3b8; border-radius: 6px; }
 .live .node:not(.on) rect { fill: #f8fafc; stroke: #cbd5e1; }
 .live .node:not(.on) text { fill: #94a3b8; }
 .live path.edge { stroke: #cbd5e1; marker-end: url(#crag-arrow-dim); }
@@ -55,7 +62,7 @@ SCRIPT = r"""
   const KEY = "crag-api-key";
   const $ = (id) => document.getElementById(id);
   const live = window.cragLive = { order: [], finished: [], overlaps: [], handler: null, done: false,
-                                   answer: "", grown: [] };
+                                   answer: "", grown: [], models: [] };
   const node = (id) => document.querySelector(`.live .node[data-id="${CSS.escape(id)}"]`);
   const edges = () => Array.from(document.querySelectorAll(".live path.edge"));
   const running = new Set();
@@ -76,6 +83,24 @@ SCRIPT = r"""
     }
     return reply;
   }
+  // A model id names a collection: "crag" the default one, "crag:hr" the collection "hr".
+  const collectionOf = (model) => (model === "crag" ? "default" : model.replace(/^crag:/, ""));
+  async function models() {  // the collections this key may ask: a picker when there are several
+    let reply;
+    try { reply = await api("/v1/models"); } catch (err) { return; }
+    if (!reply.ok) return;
+    live.models = ((await reply.json()).data || []).map((m) => m.id);
+    const picker = $("collection");
+    picker.innerHTML = "";
+    for (const id of live.models) {
+      const option = document.createElement("option");
+      option.value = id;
+      option.textContent = collectionOf(id);
+      picker.append(option);
+    }
+    picker.hidden = live.models.length < 2;
+  }
+  const picked = () => $("collection").value || live.models[0] || "crag";
   function say(text, error) {
     const s = $("status");
     s.textContent = text;
@@ -199,7 +224,7 @@ SCRIPT = r"""
     $("ask-button").disabled = true;
     try {
       say("starting…");
-      const reply = await api("/workflows/crag/run-nowait", {
+      const reply = await api(`/workflows/${encodeURIComponent(picked())}/run-nowait`, {
         method: "POST", headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ start_event: { query: question } }),
       });
@@ -240,7 +265,14 @@ SCRIPT = r"""
       const tag = document.createElement("span");
       tag.className = "verdict-tag";
       tag.textContent = ` ${result.verdict || h.status}`;
-      li.append(a, tag, ` · ${(h.started_at || "").replace("T", " ").slice(0, 19)}`);
+      li.append(a, tag);
+      if (live.models.length > 1) {  // several collections: say which one each run asked
+        const where = document.createElement("span");
+        where.className = "collection-tag";
+        where.textContent = ` · ${collectionOf(h.workflow_name || "crag")}`;
+        li.append(where);
+      }
+      li.append(` · ${(h.started_at || "").replace("T", " ").slice(0, 19)}`);
       ul.append(li);
     }
   }
@@ -273,9 +305,9 @@ SCRIPT = r"""
     sessionStorage.setItem(KEY, $("key").value);
     $("key-form").hidden = true;
     say("key kept in this tab");
-    recent();
+    models().then(recent);
   });
-  recent();
+  models().then(recent);
 })();
 """
 
@@ -298,7 +330,8 @@ def live_html(workflow: Workflow | type[Workflow], *, title: str = "crag, live")
 <p>Ask a question: each step lights up as it runs, with its time, then the answer and why.</p>
 <form id="key-form" hidden><input type="password" id="key" placeholder="this server's API key"
  autocomplete="off"><button>Use key</button></form>
-<form id="ask-form"><input type="text" id="question" placeholder="Who invented the lithium-ion battery?"
+<form id="ask-form"><select id="collection" aria-label="collection" hidden></select>
+<input type="text" id="question" placeholder="Who invented the lithium-ion battery?"
  autocomplete="off"><button id="ask-button">Ask</button></form>
 <p id="status" class="status"></p>
 <div class="live-row">

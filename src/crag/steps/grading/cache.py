@@ -31,11 +31,12 @@ class CachedGrader:
     """
 
     def __init__(self, grader: Grader, cache: GradeCache | AsyncGradeCache, *, model: str,
-                 version: str = prompt_version(GRADE_PROMPT)) -> None:
+                 version: str = prompt_version(GRADE_PROMPT), scope: str = "") -> None:
         self.grader = grader
         self.cache = cache
         self.model = model
         self.version = version
+        self.scope = scope  # whose chunks, in a cache several indexes share (`grade_scope`)
         self.name = getattr(grader, "name", type(grader).__name__)
         self.thresholds = thresholds_of(grader)  # a kept grade is read as the grader's own
 
@@ -44,7 +45,7 @@ class CachedGrader:
 
     def _key(self, query: str, chunk: NodeWithScore) -> str:
         return grade_key(grader=self.name, model=self.model, prompt_version=self.version,
-                         question=query, content=chunk.node.get_content())
+                         question=query, content=chunk.node.get_content(), scope=self.scope)
 
     async def grade(self, query: str, chunks: Sequence[NodeWithScore]) -> list[Grade]:
         keys = [self._key(query, c) for c in chunks]

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from crag.app.access import Principal, principal_of
 from crag.app.runs import Run, RunRefused, RunService
 from crag.app.server.openai.errors import openai_error, unmatched
 from crag.app.server.openai.legacy import legacy_door
@@ -42,25 +43,31 @@ RESTARTED = "\n\n(The model failed mid-answer; the extractive answer follows.)\n
 
 def openai_routes(runs: RunService) -> list[Route]:
     """The `/v1/` routes, each run started by `runs`, then `unmatched` for the rest."""
-    model = {"id": MODEL_ID, "object": "model", "created": int(time.time()), "owned_by": "crag"}
+    created = int(time.time())
+
+    def described(name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": created, "owned_by": "crag"}
 
     async def models(request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [model]})
+        """The models the caller's key may ask: one per collection ("crag", "crag:hr")."""
+        visible = runs.visible(principal_of(request.scope))
+        return JSONResponse({"object": "list", "data": [described(s.workflow_name) for s in visible]})
 
     async def one_model(request: Request) -> JSONResponse:
         asked = request.path_params["model"]
-        if asked != MODEL_ID:
-            return openai_error(404, f"The model '{asked}' does not exist; this server answers as \"{MODEL_ID}\".",
-                                param="model", code="model_not_found")
-        return JSONResponse(model)
+        try:
+            runs.served_by_workflow(asked, principal_of(request.scope))
+        except RunRefused:
+            return openai_error(404, _no_model(asked), param="model", code="model_not_found")
+        return JSONResponse(described(asked))
 
     async def completions(request: Request) -> Response:
         try:
             chat = parse(await request.body())
-            run = await _start(runs, chat)
+            run = await _start(runs, chat, principal_of(request.scope))
         except BadRequest as exc:
             return openai_error(exc.status, exc.message, param=exc.param, code=exc.code, headers=exc.headers)
-        reply = _Reply(run, str(request.base_url).rstrip("/"))
+        reply = _Reply(run, str(request.base_url).rstrip("/"), chat.model)
         if chat.stream:
             return StreamingResponse(reply.stream(chat.include_usage), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
@@ -79,12 +86,21 @@ def openai_routes(runs: RunService) -> list[Route]:
     return [*routes, unmatched(routes)]
 
 
-async def _start(runs: RunService, chat: ChatRequest) -> Run:
-    """Start the run; `BadRequest` saying why it was refused (a 400 question, a 503 with the
-    seconds to wait)."""
+def _no_model(asked: str) -> str:
+    return (f"The model '{asked}' does not exist; this server answers as \"crag\" or \"crag:NAME\" "
+            "for a collection your key may ask (GET /v1/models lists them).")
+
+
+async def _start(runs: RunService, chat: ChatRequest, principal: Principal) -> Run:
+    """Start the run on the collection `chat.model` names; `BadRequest` saying why it was
+    refused (404 for a model the key may not ask, a 400 question, a 503 with the seconds to wait)."""
     start = {"query": chat.question, "history": [t.model_dump() for t in chat.history]}
     try:
-        return await runs.start(start)
+        served = runs.served_by_workflow(chat.model, principal)
+    except RunRefused:
+        raise BadRequest(_no_model(chat.model), param="model", status=404, code="model_not_found") from None
+    try:
+        return await runs.start(start, collection=served.collection, principal=principal)
     except RunRefused as refused:
         if refused.status == 503:  # busy, or the store cannot record runs: come back later
             retry = {"Retry-After": str(refused.retry_after or 5)}
@@ -96,8 +112,9 @@ async def _start(runs: RunService, chat: ChatRequest) -> Run:
 class _Reply:
     """One run's events as an OpenAI reply, whole or chunk by chunk."""
 
-    def __init__(self, run: Run, base_url: str) -> None:
+    def __init__(self, run: Run, base_url: str, model: str = MODEL_ID) -> None:
         self.run = run
+        self.model = model
         self.id = f"chatcmpl-{run.handler_id}"
         self.handler_id = run.handler_id
         self.trace_url = f"{base_url}/handlers/{run.handler_id}/trace"
@@ -167,7 +184,7 @@ class _Reply:
         }
 
     def _head(self, kind: str) -> dict[str, Any]:
-        return {"id": self.id, "object": kind, "created": self.created, "model": MODEL_ID}
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
     def _chunk(self, delta: dict[str, str], include_usage: bool, finish: str | None = None, **more: Any) -> str:
         choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}

@@ -40,6 +40,7 @@ class ChatRequest:
     history: list[Turn] = field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
+    model: str = MODEL_ID  # "crag", or "crag:NAME" for the collection NAME
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -58,10 +59,8 @@ def parse(body: bytes) -> ChatRequest:
     payload = json_object(body)
     model = payload.get("model")
     if not isinstance(model, str):
-        raise BadRequest("'model' is required, a string: use \"crag\".", param="model")
-    if model != MODEL_ID:
-        raise BadRequest(f"The model '{model}' does not exist; this server answers as \"{MODEL_ID}\".",
-                         param="model", status=404, code="model_not_found")
+        raise BadRequest("'model' is required, a string: use \"crag\", or \"crag:NAME\" for the "
+                         "collection NAME (GET /v1/models lists them).", param="model")
     refuse_unsupported(payload)
     stream = _flag(payload, "stream")
     options = payload.get("stream_options")
@@ -72,7 +71,7 @@ def parse(body: bytes) -> ChatRequest:
     asked = max((n for n, t in enumerate(turns) if t.role == "user"), default=None)
     if asked is None:
         raise BadRequest("'messages' holds no user message: the last one is the question.", param="messages")
-    return ChatRequest(turns[asked].content, turns[:asked], stream, include_usage)
+    return ChatRequest(turns[asked].content, turns[:asked], stream, include_usage, model)
 
 
 # Each parameter that asks for a reply crag cannot give, the values of it that ask for nothing

@@ -5,9 +5,11 @@ little CPU): no outside events to a run, a bounded body, and, with no API key, l
   sent to one could only disturb it (the server's route would deliver it to every step).
 - A body longer than `[server] max_body_bytes` is a 413, told by its Content-Length at once,
   or, for a chunked body, as soon as what arrived passes the cap: no more than the cap is held.
-- A key-like query parameter (`?key=`, `?api_key=`, `?token=`, or any holding this server's
-  key) has its value replaced before anything reads it (`hide_query_secrets`): crag takes its
-  key from headers only, and the access log prints the request's query from this same scope.
+- A key-like query parameter (`?key=`, `?api_key=`, `?token=`, or any holding a key) has its
+  value replaced, and one named by a key (`?KEY`, `?KEY=1`) is replaced whole, before anything
+  reads it (`hide_query_secrets`): crag takes its key from headers only, and the access log
+  prints the request's query from this same scope (and passes it through `hide_secrets`,
+  ops/transport.py, as it does the path).
 - Without an API key anyone who can connect may ask, so the server must be reachable only
   from this machine: it binds loopback only (`check_bind`), and a request whose `Host` is not
   a loopback name (DNS rebinding: a web page's own name resolving to 127.0.0.1) or whose
@@ -34,7 +36,8 @@ HIDDEN = b"redacted"
 
 def hide_query_secrets(scope: Scope) -> None:
     """Replace, in `scope` itself, the value of every query parameter that is named like a
-    secret or holds one (`crag.errors.redact`: this server's key, anything shaped like a key).
+    secret or holds one (`crag.errors.redact`: this server's keys, anything shaped like a key),
+    and the whole of one whose name holds one; plain or percent-encoded.
 
     In place, as uvicorn's access log reads the path and query from the very scope the app was
     given, when the response is sent; no route of crag's reads a secret from the query.
@@ -44,13 +47,13 @@ def hide_query_secrets(scope: Scope) -> None:
         return
     params = query.split(b"&")
     for i, param in enumerate(params):
-        name, equals, value = param.partition(b"=")
+        name, _, value = param.partition(b"=")
         name_text = unquote_plus(name.decode("latin-1"))
         value_text = unquote_plus(value.decode("latin-1"))
-        if (value and SECRET_PARAM.search(name_text)) or redact(value_text) != value_text:
-            params[i] = name + b"=" + HIDDEN
-        elif not equals and redact(name_text) != name_text:  # a bare `?KEY`
+        if redact(name_text) != name_text:  # the key as the name, `?KEY` or `?KEY=1`
             params[i] = HIDDEN
+        elif (value and SECRET_PARAM.search(name_text)) or redact(value_text) != value_text:
+            params[i] = name + b"=" + HIDDEN
     scope["query_string"] = b"&".join(params)
 
 

@@ -34,20 +34,23 @@ def pointer_mark(index_path: Path) -> Mark:
 
 
 class IndexReloader:
-    """See the module docstring. `rebuild()` loads the index and returns a workflow on it, ready;
-    `install(workflow)` registers it (both given by `build_server`)."""
+    """One served collection's index: whether it can serve (`problem_now`, for /health), and,
+    given `rebuild` and `install`, its reloads (module docstring). `rebuild()` loads the index
+    and returns a workflow on it, ready; `install(built)` serves it (both from `build_server`)."""
 
-    def __init__(self, index_path: Path, rebuild: Callable[[], Any],
-                 install: Callable[[Any], None], upkeep: Any) -> None:
+    def __init__(self, index_path: Path, rebuild: Callable[[], Any] | None = None,
+                 install: Callable[[Any], None] | None = None) -> None:
         self.index_path = index_path
         self.rebuild = rebuild
         self.install = install
-        self.upkeep = upkeep
         self.seen = pointer_mark(index_path)
         self.reloads = 0
+        self.problem: str | None = None  # a failed reload, or an unreadable folder, for /health
 
     async def check(self) -> bool:
         """Load and install a new version if the pointer moved; whether one was installed."""
+        if self.rebuild is None or self.install is None:
+            return False
         mark = await asyncio.wait_for(asyncio.to_thread(pointer_mark, self.index_path), 2.0)
         if mark == self.seen:
             return False
@@ -55,10 +58,10 @@ class IndexReloader:
         try:
             workflow = await asyncio.to_thread(self.rebuild)
         except Exception as exc:  # noqa: BLE001 - reported by /health; the old version serves on
-            self.upkeep.index_problem = f"the new index version cannot be loaded: {type(exc).__name__}: {exc}"
+            self.problem = f"the new index version cannot be loaded: {type(exc).__name__}: {exc}"
             return False
         self.install(workflow)
-        self.upkeep.index_problem = None
+        self.problem = None
         self.reloads += 1
         return True
 
@@ -67,5 +70,28 @@ class IndexReloader:
             try:
                 await self.check()
             except Exception as exc:  # noqa: BLE001 - a slow or vanished folder: try again
-                self.upkeep.index_problem = f"the index folder cannot be read: {type(exc).__name__}"
+                self.problem = f"the index folder cannot be read: {type(exc).__name__}"
             await asyncio.sleep(every)
+
+    async def problem_now(self) -> str | None:
+        """Why the served index cannot serve: a failed reload, or its files gone from disk."""
+        if self.problem:
+            return self.problem
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(self._probe), PROBE_TIMEOUT)
+        except asyncio.TimeoutError:
+            return f"the index folder did not answer within {PROBE_TIMEOUT:g} s"
+
+    def _probe(self) -> str | None:
+        pointer = self.index_path / POINTER
+        try:
+            version = pointer.read_text(encoding="utf-8").strip() if pointer.exists() else ""
+            folder = self.index_path / version if version else self.index_path
+            if not (folder / "manifest.json").is_file():
+                return f"the index at {self.index_path} has no readable version {version or '(format 1)'}"
+        except OSError as exc:
+            return f"the index at {self.index_path} cannot be read: {exc.strerror or type(exc).__name__}"
+        return None
+
+
+PROBE_TIMEOUT = 2.0  # seconds for /health's look at the folder

@@ -62,12 +62,10 @@ class Upkeep:
     """Probes, pruning and the orphan sweep for one store (`kind`: "sqlite" or "postgresql")."""
 
     def __init__(self, store: AbstractWorkflowStore, kind: str, where: str, *, live: LiveRuns,
-                 keep_runs: int, keep_days: float, orphan_after: float, index_path: Path) -> None:
+                 keep_runs: int, keep_days: float, orphan_after: float) -> None:
         self.store, self.kind, self.live = store, kind, live
         self.target = where if kind == "sqlite" else getattr(store, "_dsn", None) or where
         self.keep_runs, self.keep_days, self.orphan_after = keep_runs, keep_days, orphan_after
-        self.index_path = index_path
-        self.index_problem: str | None = None  # a failed reload of the index, for /health
         self._probe: asyncio.Task[str | None] | None = None  # the last store probe, shared
         self._probed_at = -PROBE_REUSE
 
@@ -90,26 +88,6 @@ class Upkeep:
             return f"the {self.kind} store cannot record runs: {exc}"
         except store_errors() as exc:  # any of them makes this process unfit
             return f"the {self.kind} store is unreachable: {type(exc).__name__}"
-        return None
-
-    async def index_problem_now(self) -> str | None:
-        """Why the served index cannot serve: a failed reload, or its files gone from disk."""
-        if self.index_problem:
-            return self.index_problem
-        try:
-            return await within(PROBE_TIMEOUT, self._index_probe)
-        except asyncio.TimeoutError:
-            return f"the index folder did not answer within {PROBE_TIMEOUT:g} s"
-
-    def _index_probe(self) -> str | None:
-        pointer = self.index_path / "CURRENT"
-        try:
-            version = pointer.read_text(encoding="utf-8").strip() if pointer.exists() else ""
-            folder = self.index_path / version if version else self.index_path
-            if not (folder / "manifest.json").is_file():
-                return f"the index at {self.index_path} has no readable version {version or '(format 1)'}"
-        except OSError as exc:
-            return f"the index at {self.index_path} cannot be read: {exc.strerror or type(exc).__name__}"
         return None
 
     # --- pruning --------------------------------------------------------------------------

@@ -5,7 +5,9 @@ and without a key the request guard's Host and Origin checks do (ops/guard.py): 
 DNS-rebinding check is left off, as it would refuse a server reached by its public name.
 The tools run through the server's `RunService`, as every door does: `ask` is admitted,
 recorded and listed like a run from any other door (its trace at `/handlers/{id}/trace`
-too), and `search` waits for a run place. `ingest` is not offered here (writes go through
+too), and `search` waits for a run place. Each call is judged by the key of the HTTP request
+it came in (the principal the door left in its scope; crag.app.mcp_server): its tools and
+resources reach only that key's collections, and a request no door vouched for sees none. `ingest` is not offered here (writes go through
 `crag ingest`, which the reload then picks up). Without the `mcp` package there is no `/mcp`:
 `crag-workflows[mcp]` adds it.
 """

@@ -12,10 +12,10 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from crag._bounded import store_errors
+from crag.app.access import principal_of
 from crag.app.render import trace_html
 from crag.app.render.explain import explanation_html, file_page_link
 from crag.app.render.live import live_html
-from crag.app.runs import WORKFLOW_NAME
 from crag.app.server.routes.files import files_route
 from crag.app.server.store.listing import handlers_route
 from crag.events import CragResult
@@ -23,33 +23,49 @@ from crag.index import ChunkIndex
 
 if TYPE_CHECKING:
     from crag.app.runs import RunService
+    from crag.app.server.ops.reload import IndexReloader
     from crag.app.server.ops.upkeep import Upkeep
 
-def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep | None = None) -> list[Route]:
+def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep | None = None,
+                indexes: dict[str, IndexReloader] | None = None) -> list[Route]:
     """`GET /health`, `GET /` (the live page), `GET /handlers/{handler_id}/trace`,
     `GET /handlers/{handler_id}/explanation` (the why of a finished run, an HTML fragment) and
     `GET /handlers` a page at a time (store/listing.py), and `GET /files/{file_id}`, a document the
-    index lists, for citations to open (files.py, beside this). Each reads what `runs` serves now."""
+    index lists, for citations to open (files.py, beside this). Each reads what `runs` serves now,
+    of the collections the caller may see (`indexes`: each collection's health, by name)."""
     live = live_html(runs.workflow)  # the same for every request (a reload keeps the graph): drawn once
     store = runs.store
+    indexes = indexes or {}
 
     async def health(request: Request) -> JSONResponse:
-        """Open to all (load balancers): says what is served, never where or with what key."""
+        """Open to all (load balancers): whether the server can answer, and what is served to
+        the caller's key: a caller with no key (or one of another collection) learns nothing of
+        a collection it may not ask, not even its name or size."""
+        visible = runs.visible(principal_of(request.scope))
         body: dict[str, Any] = {
             "status": "healthy",
-            "workflows": [WORKFLOW_NAME],
-            "index": _index_size(runs.index),
+            "workflows": [served.workflow_name for served in visible],
+            "index": _index_size(visible[0].index) if visible and visible[0] is runs.default else None,
             "store": store_kind,
             "auth": auth,
         }
+        if len(runs.collections) > 1:
+            body["collections"] = {served.collection: _index_size(served.index) for served in visible}
+        watched = [indexes[served.collection] for served in visible if served.collection in indexes]
         if upkeep is not None:  # each probe off the event loop, within 2 s
-            problems = [p for p in await asyncio.gather(upkeep.store_problem(), upkeep.index_problem_now()) if p]
+            found = await asyncio.gather(upkeep.store_problem(), *(index.problem_now() for index in watched))
+            problems = [p for p in found if p]
+            hidden = any(await asyncio.gather(*(index.problem_now() for name, index in indexes.items()
+                                                if index not in watched)))
         else:
+            hidden = False
             try:
                 await store.query(HandlerQuery(handler_id_in=["-health-probe-"]))
                 problems = []
             except store_errors() as exc:  # any of them makes this process unfit
                 problems = [f"the {store_kind} store is unreachable: {type(exc).__name__}"]
+        if hidden:  # a collection the caller may not see cannot serve: said, without naming it
+            problems.append("a collection this key cannot see cannot serve")
         if problems:
             body.update(status="unhealthy", error="; ".join(problems))
             return JSONResponse(body, status_code=503)
@@ -62,7 +78,7 @@ def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep
     async def finished(request: Request) -> CragResult | JSONResponse:
         """The finished run's result, or the JSON error to answer instead (404, 409)."""
         handler_id = request.path_params["handler_id"]
-        handler = await runs.stored(handler_id)
+        handler = await runs.stored(handler_id, principal_of(request.scope))
         if handler is None:
             return JSONResponse({"detail": f"No run {handler_id!r}."}, status_code=404)
         if handler.status == "running":
@@ -98,8 +114,8 @@ def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep
         Route("/", live_page, methods=["GET"]),
         Route("/handlers/{handler_id}/trace", trace_page, methods=["GET"]),
         Route("/handlers/{handler_id}/explanation", explanation, methods=["GET"]),
-        handlers_route(store),
-        files_route(lambda: runs.index),
+        handlers_route(store, runs),
+        files_route(lambda request: [served.index for served in runs.visible(principal_of(request.scope))]),
     ]
 
 

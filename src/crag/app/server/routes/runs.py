@@ -1,5 +1,7 @@
-"""`POST /workflows/crag/run` and `/run-nowait`, in the workflow server's request and reply
+"""`POST /workflows/{name}/run` and `/run-nowait`, in the workflow server's request and reply
 shapes (so llama-agents-client and the live page work unchanged), started by `RunService`.
+`name` is "crag" for the default collection, "crag:hr" for the collection "hr"; one the
+caller's key may not ask is a 404, as one that does not exist.
 
     {"start_event": {"query": "…", "history": [...]}, "handler_id": "optional"}
 
@@ -18,16 +20,20 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from crag._compat.llama_agents import handler_data_from_persistent
-from crag.app.runs import WORKFLOW_NAME, Run, RunRefused, RunService
+from crag.app.access import principal_of
+from crag.app.runs import Run, RunRefused, RunService, Served
 
 
 def run_routes(service: RunService) -> list[Route]:
-    """The two run routes of the served workflow, `WORKFLOW_NAME`."""
+    """The two run routes of every served collection's workflow."""
 
     async def started(request: Request) -> Run | JSONResponse:
+        principal = principal_of(request.scope)
         try:
-            start, handler_id = await _run_request(request, service)
-            return await service.start(start, handler_id=handler_id)
+            served = service.served_by_workflow(request.path_params["name"], principal)
+            start, handler_id = await _run_request(request, served)
+            return await service.start(start, handler_id=handler_id, collection=served.collection,
+                                       principal=principal)
         except RunRefused as refused:
             return refusal(refused)
 
@@ -43,13 +49,13 @@ def run_routes(service: RunService) -> list[Route]:
             await run.result()
         except Exception:  # noqa: BLE001, S110 - failed, cancelled or timed out: the record says which
             pass
-        stored = await service.stored(run.handler_id)
+        stored = await service.stored(run.handler_id, principal_of(request.scope))
         data = handler_data_from_persistent(stored) if stored is not None else run.record
         return JSONResponse(data.model_dump(), status_code=200 if data.status == "completed" else 500)
 
     return [
-        Route(f"/workflows/{WORKFLOW_NAME}/run", run_and_wait, methods=["POST"]),
-        Route(f"/workflows/{WORKFLOW_NAME}/run-nowait", run_nowait, methods=["POST"]),
+        Route("/workflows/{name}/run", run_and_wait, methods=["POST"]),
+        Route("/workflows/{name}/run-nowait", run_nowait, methods=["POST"]),
     ]
 
 
@@ -58,7 +64,7 @@ def refusal(refused: RunRefused) -> JSONResponse:
     return JSONResponse({"detail": str(refused)}, status_code=refused.status, headers=headers)
 
 
-async def _run_request(request: Request, service: RunService) -> tuple[Any, str | None]:
+async def _run_request(request: Request, served: Served) -> tuple[Any, str | None]:
     """The start event and handler id a run request names; `RunRefused` (400) if unreadable."""
     try:
         body = await request.json()
@@ -79,7 +85,7 @@ async def _run_request(request: Request, service: RunService) -> tuple[Any, str 
     if start is None:
         raise RunRefused("The run request names no question: send {\"start_event\": {\"query\": …}}.",
                          status=400)
-    start_class = service.workflow.start_event_class
+    start_class = served.workflow.start_event_class
     try:
         event = EventEnvelope.parse(start, {start_class.__name__: start_class}, explicit_event=start_class)
     except (EventValidationError, ValueError, TypeError, RecursionError):

@@ -45,8 +45,11 @@ class StoreChoice:
 
 def store_for(settings: Settings) -> StoreChoice:
     """The store `[server] store` names: a postgresql:// URL, a SQLite file, or by default
-    `server.db` beside the index, so that a laptop needs no database server."""
-    target = settings.server.store or str(settings.index.path.parent / "server.db")
+    `server.db` in the index folder, so that a laptop needs no database server. In the folder,
+    not beside it: two servers of two index folders in one parent folder would otherwise share
+    one store, and each would list and read the other's runs. A store named on purpose may be
+    shared; every read of it is still limited to the caller's collections (crag.app.access)."""
+    target = settings.server.store or str(settings.index.path / "server.db")
     if target.startswith(POSTGRES_SCHEMES):
         return StoreChoice(PostgresRunStore(target), "postgresql", hide_password(target))
     if "://" in target:

@@ -12,6 +12,10 @@ worker thread, on PostgreSQL on the store's async pool. The store's own `query` 
 those runs by id (its rows are its business, not crag's), and the page is turned into JSON
 in a worker thread. Any other store (memory, in tests) is read whole and cut in a worker
 thread.
+
+Only the runs of the collections the caller may ask are listed (crag.app.access): the
+`workflow_name` filter is cut to them, and a `before` run the caller may not see is a 404, as
+one that does not exist, so that no page's boundary is another collection's run.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import asyncio
 import json
 import sqlite3
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_agents.server import AbstractWorkflowStore, HandlerQuery, PersistentHandler
 from starlette.requests import Request
@@ -29,16 +33,21 @@ from starlette.routing import Route
 
 from crag._bounded import given_up_after
 from crag._compat.llama_agents import handler_data_from_persistent, postgres_pool
+from crag.app.access import principal_of
 from crag.app.server.store.postgres import HANDLERS_TABLE, POSTGRES_TIMEOUT, PostgresRunStore
 from crag.app.server.store.sqlite import SqliteRunStore
+
+if TYPE_CHECKING:
+    from crag.app.runs import RunService
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 STATUSES = ("running", "completed", "failed", "cancelled")
 
 
-def handlers_route(store: AbstractWorkflowStore) -> Route:
-    """The paginated `GET /handlers`, to go ahead of the server's own."""
+def handlers_route(store: AbstractWorkflowStore, runs: RunService | None = None) -> Route:
+    """The paginated `GET /handlers`, to go ahead of the server's own; with `runs`, of the
+    caller's collections only."""
 
     async def handlers(request: Request) -> Response:
         params = request.query_params
@@ -51,10 +60,14 @@ def handlers_route(store: AbstractWorkflowStore) -> Route:
                 {"detail": f"limit must be a whole number from 1 to {MAX_LIMIT}."}, status_code=400
             )
         before = params.get("before") or None
-        query = HandlerQuery(
-            status_in=_listed(params.getlist("status"), STATUSES),
-            workflow_name_in=_listed(params.getlist("workflow_name")),
-        )
+        names = _listed(params.getlist("workflow_name"))
+        if runs is not None:
+            principal = principal_of(request.scope)
+            visible = [served.workflow_name for served in runs.visible(principal)]
+            names = visible if names is None else [name for name in names if name in visible]
+            if before is not None and await runs.stored(before, principal) is None:
+                return JSONResponse({"detail": f"No run {before!r} to list the runs before."}, status_code=404)
+        query = HandlerQuery(status_in=_listed(params.getlist("status"), STATUSES), workflow_name_in=names)
         if isinstance(store, SqliteRunStore):
             ids = await asyncio.to_thread(_sqlite_page, store.db_path, query, limit, before)
         elif isinstance(store, PostgresRunStore):
