@@ -24,7 +24,7 @@ Every message says what failed and what to do about it.
     ├── StoreTimeout             (crag._bounded) a database did not answer in time (a TimeoutError)
     ├── RunRefused               (crag.app.runs) no run was started; `status` is the HTTP status
     ├── BadRequest               (crag.app.server.openai.request) an OpenAI request crag refuses
-    └── KeyFileError             (crag.app.server.ops.keys) the key file is damaged, or a key is unknown
+    └── KeyFileError             (crag.app.keys) the key file is damaged, or a key is unknown
 
 A class drawn with its module in parentheses lives beside the code that raises it; the others
 are defined here. `tests/test_errors.py` checks this drawing against every exception class in crag.

@@ -16,7 +16,6 @@ from crag.index.collections import (
     DEFAULT,
     FOLDER,
     check_name,
-    collection_settings,
     found_collections,
 )
 from crag.index.grade_cache import GradeCache, grade_key, grade_scope
@@ -74,21 +73,21 @@ def test_nothing_there_is_no_collection(tmp_path: Path) -> None:
 
 def test_a_collections_settings_are_its_folder_and_its_own_vector_collections(tmp_path: Path) -> None:
     settings = Settings.load(env={}, index={"path": tmp_path, "chunk_size": 128}, llm={"model": "m"})
-    hr = collection_settings(settings, "hr")
+    hr = settings.for_collection("hr")
     assert hr.index.path == tmp_path / FOLDER / "hr"
     assert hr.vector_store.collection == "crag-hr"  # on a Chroma server, never the default's
     assert hr.index.chunk_size == 128 and hr.llm.model == "m"
     assert settings.index.path == tmp_path  # the settings given are unchanged
-    assert collection_settings(settings, None) is settings and collection_settings(settings, DEFAULT) is settings
+    assert settings.for_collection(None) is settings and settings.for_collection(DEFAULT) is settings
 
 
 def test_a_bad_name_or_a_collection_with_nothing_indexed_is_a_clear_error(tmp_path: Path) -> None:
     settings = Settings.load(env={}, index={"path": tmp_path})
     with pytest.raises(ConfigError, match="cannot name a collection"):
-        collection_settings(settings, "../hr")
+        settings.for_collection("../hr")
     with pytest.raises(IndexNotFoundError, match="No collection 'hr'.*--collection hr"):
-        collection_settings(settings, "hr", existing=True)
-    assert collection_settings(settings, "hr").index.path == tmp_path / FOLDER / "hr"  # to be made
+        settings.for_collection("hr", existing=True)
+    assert settings.for_collection("hr").index.path == tmp_path / FOLDER / "hr"  # to be made
     assert check_name("legal-2026") == "legal-2026"
 
 
@@ -116,8 +115,8 @@ def graders(tmp_path: Path, model: LoopbackServer) -> dict[str, CachedGrader]:
     shared = GradeCache(tmp_path / "shared.sqlite")
     found = {}
     for name in ("hr", "legal"):
-        ingest([docs], collection_settings(settings, name).index.path)
-        found[name] = build_workflow(collection_settings(settings, name), grade_cache=shared).grader
+        ingest([docs], settings.for_collection(name).index.path)
+        found[name] = build_workflow(settings.for_collection(name), grade_cache=shared).grader
     return found
 
 

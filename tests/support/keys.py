@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crag.app.server.ops import keys
+from crag.app import keys
 
 
 def count_scrypts(monkeypatch: pytest.MonkeyPatch) -> list[int]:

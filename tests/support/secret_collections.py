@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from crag import Settings, ingest
-from crag.app.server.ops.keys import create_key, keys_file
+from crag.app.keys import create_key, keys_file
 from crag.index.collections import collection_path
 from support.paths import SAMPLES
 

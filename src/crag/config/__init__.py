@@ -128,6 +128,29 @@ class Settings(Section):
             settings.ingest.readers_found_in(Path(CONFIG_FILE).absolute())
         return settings
 
+    def for_collection(self, name: str | None, *, existing: bool = False) -> Settings:
+        """These settings for the collection `name` (None: the default, these settings): its
+        index folder under `index.path` (crag.index.collections), and on a Chroma server its own
+        collections (`<prefix>-<name>-<n>`), everything else as it was. `ConfigError` for a name
+        that cannot be one; with `existing`, `IndexNotFoundError` naming the collection when
+        nothing is indexed in it yet (the default collection's own error is the index's)."""
+        from crag.errors import IndexNotFoundError
+        from crag.index.collections import collection_path, holds_index
+
+        root = self.index.path
+        path = collection_path(root, name)
+        if path == root:
+            return self
+        if existing and not holds_index(path):
+            raise IndexNotFoundError(
+                f"No collection {name!r} in {root}: nothing is indexed in it yet. "
+                f"Build it first: crag ingest YOUR_DOCS --collection {name} --index {root}"
+            )
+        # Each index writes `<prefix>-<generation>` on the server: two collections under one
+        # prefix would write, prune and search each other's vectors.
+        vectors = self.vector_store.model_copy(update={"collection": f"{self.vector_store.collection}-{name}"})
+        return self.model_copy(update={"index": self.index.model_copy(update={"path": path}), "vector_store": vectors})
+
 
 def _names_readers(layer: dict[str, Any]) -> bool:
     section = layer.get("ingest")

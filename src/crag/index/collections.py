@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from crag.errors import ConfigError, IndexNotFoundError
+from crag.errors import ConfigError
 
-if TYPE_CHECKING:
-    from crag.config import Settings
 
 DEFAULT = "default"
 FOLDER = "collections"
@@ -63,25 +60,3 @@ def holds_index(path: Path) -> bool:
     from crag.index.layout import POINTER
 
     return path.is_dir() and ((path / POINTER).is_file() or (path / "nodes.jsonl").is_file())
-
-
-def collection_settings(settings: Settings, name: str | None, *, existing: bool = False) -> Settings:
-    """`settings` for collection `name` (None: the default): its index folder under
-    `settings.index.path`, and on a Chroma server its own collections (`<prefix>-<name>-<n>`),
-    everything else as it was. `ConfigError` for a name that cannot be one; with `existing`,
-    `IndexNotFoundError` naming the collection when nothing is indexed in it yet (the default
-    collection's own error is the index's, when it loads)."""
-    root = settings.index.path
-    path = collection_path(root, name)
-    if path == root:
-        return settings
-    if existing and not holds_index(path):
-        raise IndexNotFoundError(
-            f"No collection {name!r} in {root}: nothing is indexed in it yet. "
-            f"Build it first: crag ingest YOUR_DOCS --collection {name} --index {root}"
-        )
-    # Each index writes `<prefix>-<generation>` on the server: two collections under one prefix
-    # would write, prune and search each other's vectors.
-    vectors = settings.vector_store.model_copy(update={"collection": f"{settings.vector_store.collection}-{name}"})
-    return settings.model_copy(update={"index": settings.index.model_copy(update={"path": path}),
-                                       "vector_store": vectors})

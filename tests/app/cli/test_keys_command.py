@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crag.app.cli import main
-from crag.app.server.ops.keys import TOKEN, KeyRing
+from crag.app.keys import TOKEN, KeyRing
 
 
 def crag(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

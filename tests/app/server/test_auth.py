@@ -26,7 +26,7 @@ from support.serving import running, server_settings
 from crag.app.access import principal_of
 from crag.app.server.ops.auth import ApiKeyMiddleware, LocalOnly
 from crag.app.server.ops.guard import hide_query_secrets
-from crag.app.server.ops.keys import KeyRing, create_key, revoke_key
+from crag.app.keys import KeyRing, create_key, revoke_key
 
 ADMIN_KEY = "PLANTED.admin.7e11"
 

@@ -32,7 +32,7 @@ from support.three_collections import (
 
 from crag import Settings
 from crag.app.server import CragServer, build_server
-from crag.app.server.ops.keys import create_key, keys_file
+from crag.app.keys import create_key, keys_file
 
 ADMIN_KEY = "admin-key-of-the-load-test"
 RUNS_PER_KEY = 10

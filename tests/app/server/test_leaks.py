@@ -52,9 +52,9 @@ from support.workflow import GatedGrader
 
 from crag import ingest
 from crag.app.server import CragServer, build_server
-from crag.app.server.ops.keys import keys_file, revoke_key
+from crag.app.keys import keys_file, revoke_key
 from crag.config import Settings
-from crag.index.collections import collection_path, collection_settings
+from crag.index.collections import collection_path
 
 ADMIN_KEY = "crag-leaks-legacy-admin-key-5d1c"  # the single `[server] api_key`: admin
 MISSING_RUN = "0123456789abcdef0123456789abcdef"  # shaped like a handler id, never one
@@ -581,7 +581,7 @@ def gated_hr(world: World) -> Iterator[GatedGrader]:
     runs = world.server.runs
     served = runs.collections["hr"]
     grader = GatedGrader()
-    own = collection_settings(world.settings, "hr")
+    own = world.settings.for_collection("hr")
     runs.serve(build_workflow(own, index=served.index, grader=grader), served.index, "hr")
     try:
         yield grader

@@ -30,7 +30,6 @@ def settings_for(args: argparse.Namespace, **overrides: dict[str, Any]) -> Setti
     `overrides`). A `--collection` that cannot name one is a `ConfigError`; one that holds no
     index yet, an `IndexNotFoundError` (but for `crag ingest`, which makes it)."""
     from crag.config import Settings
-    from crag.index.collections import collection_settings
 
     overrides.setdefault("budget", budget_overrides(args))
     index = {
@@ -43,7 +42,7 @@ def settings_for(args: argparse.Namespace, **overrides: dict[str, Any]) -> Setti
     settings = Settings.load(args.config, index=index, **overrides)
     # Only an ingest makes a collection; any other command reads one that must hold an index.
     existing = not getattr(args, "creates_index", False)
-    return collection_settings(settings, getattr(args, "collection", None), existing=existing)
+    return settings.for_collection(getattr(args, "collection", None), existing=existing)
 
 
 def format_result(result: CragResult, *, answer: bool = True) -> str:

@@ -1,6 +1,6 @@
 """`crag keys create|list|revoke`: the keys `crag serve` accepts, each for some collections and
 rights, kept hashed in `[server] keys_file` (default: keys.json in the index folder; see
-crag.app.server.ops.keys). A new key's token is printed once, alone on stdout, and kept nowhere."""
+crag.app.keys). A new key's token is printed once, alone on stdout, and kept nowhere."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def add(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from crag.app.server.ops.keys import create_key, keys_file, read_keys, revoke_key
+    from crag.app.keys import create_key, keys_file, read_keys, revoke_key
 
     path = keys_file(settings_for(args))
     if args.action == "create":

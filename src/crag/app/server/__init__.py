@@ -54,7 +54,7 @@ from crag.app.server.openai.api import openai_routes
 from crag.app.server.ops.admission import Admission
 from crag.app.server.ops.auth import ApiKeyMiddleware, LocalOnly
 from crag.app.server.ops.gate import RunGate
-from crag.app.server.ops.keys import KeyRing, keys_file
+from crag.app.keys import KeyRing, keys_file
 from crag.app.server.ops.guard import RequestGuard, check_bind
 from crag.app.server.ops.reload import IndexReloader
 from crag.app.server.ops.upkeep import PROBE_REUSE, CancelReport, LiveRuns, Upkeep
@@ -65,7 +65,7 @@ from crag.app.server.store import StoreChoice, store_for
 from crag.config import Settings
 from crag.errors import IndexNotFoundError, register_secret
 from crag.index import ChunkIndex
-from crag.index.collections import DEFAULT, check_name, collection_settings, found_collections
+from crag.index.collections import DEFAULT, check_name, found_collections
 from crag.workflows import CorrectiveRAGWorkflow
 
 __all__ = ["CragServer", "WORKFLOW_NAME", "build_server", "serve"]
@@ -139,11 +139,12 @@ def build_server(
         *crag_routes(runs, store.kind, auth=keyed, upkeep=upkeep, indexes=indexes),
         *openai_routes(runs),
         *(mcp_routes(engine) if mcp_available() else []),
-        Mount("/", app=RunGate(server.app, runs)),  # the server's own routes: events, records, cancel
+        # The server's own routes (events, records, cancel), each behind crag's access check
+        # first; a cancel of a run that is not running here is answered by upkeep's report.
+        Mount("/", app=RunGate(CancelReport(server.app, upkeep=upkeep), runs)),
     ]
     middleware = [
         Middleware(RequestGuard, max_body_bytes=settings.server.max_body_bytes, local_only=not keyed),
-        Middleware(CancelReport, upkeep=upkeep),
     ]
     # Outermost, checked first: who is asking, for every route (crag.app.access).
     middleware.insert(0, Middleware(ApiKeyMiddleware, admin_key=key, keyring=keyring) if keyed
@@ -189,7 +190,7 @@ def _collections(settings: Settings, *, given: bool) -> dict[str, Settings]:
         found = {name: found[name] for name in dict.fromkeys(wanted)}
     if not found:
         return {DEFAULT: settings}
-    return {name: collection_settings(settings, name) for name in found}
+    return {name: settings.for_collection(name) for name in found}
 
 
 def _reloader(name: str, own: Settings, runs: RunService, grade_cache: object, reloads: bool) -> IndexReloader:

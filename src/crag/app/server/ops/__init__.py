@@ -1,5 +1,6 @@
 """Operations: what keeps `crag serve` safe and running, whatever door a request came in by.
 
+    transport.py  connections, before any request: header timeout, connection cap, no key in the logs
     guard.py      every request first: Host/Origin without a key, body size, no outside events
     auth.py       the API key, for every route but /health and the live page
     admission.py  at most `[server] max_runs` runs in flight and `max_queue` waiting

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from crag.app.access import ADMIN, LOCAL, NOBODY, Principal, set_principal
 from crag.app.server.openai.errors import refusal
 from crag.app.server.ops.guard import hide_query_secrets
-from crag.app.server.ops.keys import KeyRing
+from crag.app.keys import KeyRing
 
 # Load balancers probe /health without a key; / is the live page, which asks for the key.
 OPEN_PATHS = frozenset({"/health", "/"})

@@ -20,6 +20,7 @@ from crag.app.server.routes.files import files_route
 from crag.app.server.store.listing import handlers_route
 from crag.events import CragResult
 from crag.index import ChunkIndex
+from crag.index.collections import DEFAULT
 
 if TYPE_CHECKING:
     from crag.app.runs import RunService
@@ -45,7 +46,9 @@ def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep
         body: dict[str, Any] = {
             "status": "healthy",
             "workflows": [served.workflow_name for served in visible],
-            "index": _index_size(visible[0].index) if visible and visible[0] is runs.default else None,
+            # The default collection's (or the only one's): none is "the index" among several.
+            "index": _index_size(visible[0].index) if visible and visible[0] is runs.default
+            and (DEFAULT in runs.collections or len(runs.collections) == 1) else None,
             "store": store_kind,
             "auth": auth,
         }

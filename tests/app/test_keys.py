@@ -1,4 +1,4 @@
-"""The key ring (crag.app.server.ops.keys): keys stored hashed with scrypt and written whole
+"""The key ring (crag.app.keys): keys stored hashed with scrypt and written whole
 under a lock, a damaged file an error, never "no keys", a key's principal scoped to its
 collections, a revoked key refused after a refresh, and scrypt spent only on a token that may
 be right and was not verified before."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from support.keys import count_scrypts
 
-from crag.app.server.ops import keys as keyring_module
-from crag.app.server.ops.keys import KeyFileError, KeyRing, create_key, read_keys, revoke_key
+from crag.app import keys as keyring_module
+from crag.app.keys import KeyFileError, KeyRing, create_key, read_keys, revoke_key
 from crag.errors import CragError, redact
 
 
