@@ -15,6 +15,7 @@ Every message says what failed and what to do about it.
     ├── GradeParseError          a model's grade could not be parsed
     ├── DecomposeParseError      a model's decomposition of a question could not be parsed
     ├── SearchError              the web search failed
+    ├── RerankError              a reranker did not answer, or answered with unusable scores
     ├── StepError                a component failed inside a workflow step, with no fallback
     ├── TraceError               a run trace is missing, unreadable or another workflow's
     ├── ModelReplyError          a language model's server answered with something unusable
@@ -78,6 +79,10 @@ class DecomposeParseError(CragError):
 
 class SearchError(CragError):
     """The web search component failed."""
+
+
+class RerankError(CragError):
+    """A reranker did not answer, or its answer did not give every document a usable score."""
 
 
 class StepError(CragError):

@@ -39,6 +39,15 @@ class Grader(Protocol):
 
 
 @runtime_checkable
+class Reranker(Protocol):
+    """A cross-encoder's judgment of how well each document answers the query: one score in
+    [0, 1] per document, in the documents' order (not sorted). One call is one request to a
+    rerank server (or one batch of a local model); `RerankError` when it cannot give every score."""
+
+    async def rerank(self, query: str, documents: Sequence[str]) -> list[float]: ...
+
+
+@runtime_checkable
 class CoverageJudge(Protocol):
     """Judges a set: how much of the question the (text, title) pairs cover together, in [0, 1].
 
