@@ -16,7 +16,6 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
 from support.loopback import uvicorn_serving
-from support.paths import SAMPLES
 from support.secret_collections import (
     DEFAULT_FILE,
     DEFAULT_QUESTION,
@@ -25,10 +24,9 @@ from support.secret_collections import (
     HR_QUESTION,
     HR_SECRET,
     key_for,
-    secret_collections,
+    secret_settings,
 )
 
-from crag import Settings
 from crag.app.mcp_engine import Engine
 from crag.app.server import build_server
 from crag.app.server.routes.mcp import mcp_routes
@@ -47,9 +45,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("mcp-collections")
-    root = secret_collections(tmp / "index")
-    settings = Settings.load(env={}, index={"path": root}, web_search={"corpus": SAMPLES / "web.jsonl"},
-                             server={"store": str(tmp / "server.db")})
+    settings = secret_settings(tmp)
     team, hr = key_for(settings, "team", ["default"]), key_for(settings, "hr-bot", ["hr"])
     crag_server = build_server(settings)
     engine = Engine.ready(settings, crag_server.runs)

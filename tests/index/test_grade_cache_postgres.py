@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
-import os
 import re
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -21,7 +19,7 @@ import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 from support.loopback import LoopbackServer, message_text, openai_chat, uvicorn_serving
 from support.paths import SAMPLES
-from support.postgres import PostgresCluster, postgres_bin
+from support.postgres import PostgresCluster, postgres_url
 
 from crag.app.cli import main
 from crag.app.server import build_server
@@ -42,17 +40,8 @@ def key(i: int | str) -> str:
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    if os.environ.get("CRAG_TEST_POSTGRES_URL"):
-        yield os.environ["CRAG_TEST_POSTGRES_URL"]
-        return
-    bin_dir = postgres_bin()
-    if bin_dir is None or not (bin_dir / "initdb").exists():
-        pytest.skip("PostgreSQL is not installed (no initdb under /usr/lib/postgresql/*/bin or PG_BIN)")
-    cluster = PostgresCluster(Path(tempfile.mkdtemp(prefix="crag-pg-")), bin_dir)
-    try:
-        yield cluster.url
-    finally:
-        cluster.remove()
+    with postgres_url() as url:
+        yield url
 
 
 @pytest.fixture

@@ -7,7 +7,12 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from support.paths import REPO
 
@@ -91,3 +96,20 @@ class PostgresCluster:
             self.thaw()  # a frozen cluster cannot stop
         subprocess.run([str(CI_POSTGRES), "stop", str(self.folder)], capture_output=True, check=False)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextmanager
+def postgres_url() -> Iterator[str]:
+    """CI's PostgreSQL (CRAG_TEST_POSTGRES_URL), else a throwaway cluster of this machine's
+    PostgreSQL, removed on exit; the test is skipped where PostgreSQL is not installed."""
+    if os.environ.get("CRAG_TEST_POSTGRES_URL"):
+        yield os.environ["CRAG_TEST_POSTGRES_URL"]
+        return
+    bin_dir = postgres_bin()
+    if bin_dir is None or not (bin_dir / "initdb").exists():
+        pytest.skip("PostgreSQL is not installed (no initdb under /usr/lib/postgresql/*/bin or PG_BIN)")
+    cluster = PostgresCluster(Path(tempfile.mkdtemp(prefix="crag-pg-")), bin_dir)
+    try:
+        yield cluster.url
+    finally:
+        cluster.remove()

@@ -43,6 +43,14 @@ def secret_collections(root: Path) -> Path:
     return root
 
 
+def secret_settings(tmp: Path) -> Settings:
+    """Both collections ingested under `tmp / "index"`, and offline settings serving them, with
+    the sample 'web' and a SQLite run store in `tmp`."""
+    root = secret_collections(tmp / "index")
+    return Settings.load(env={}, index={"path": root}, web_search={"corpus": SAMPLES / "web.jsonl"},
+                         server={"store": str(tmp / "server.db")})
+
+
 def key_for(settings: Settings, name: str, collections: Iterable[str] | None, rights: Iterable[str] = ("ask",)) -> str:
     """A new key of the ring `settings` name (`crag keys create`); its token."""
     return create_key(keys_file(settings), name, collections, rights)[1]

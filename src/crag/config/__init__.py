@@ -38,6 +38,7 @@ from crag.config.steps import (
     PostprocessSettings,
     PostprocessStage,
     RefinerSettings,
+    RerankerSettings,
     RetrieverSettings,
     RewriterSettings,
     SynthesizerSettings,
@@ -63,6 +64,7 @@ __all__ = [
     "PostprocessSettings",
     "PostprocessStage",
     "RefinerSettings",
+    "RerankerSettings",
     "RetrieverSettings",
     "RewriterSettings",
     "RunSettings",
@@ -88,6 +90,7 @@ class Settings(Section):
     vector_store: VectorStoreSettings = VectorStoreSettings()
     postprocess: PostprocessSettings = PostprocessSettings()
     grader: GraderSettings = GraderSettings()
+    reranker: RerankerSettings = RerankerSettings()
     refiner: RefinerSettings = RefinerSettings()
     decomposer: DecomposerSettings = DecomposerSettings()
     rewriter: RewriterSettings = RewriterSettings()
@@ -185,6 +188,7 @@ def _from_env(env: dict[str, str]) -> dict[str, dict[str, Any]]:
         "OPENAI_BASE_URL": ("llm", "base_url"),
         "OPENAI_MODEL": ("llm", "model"),
         "TAVILY_API_KEY": ("web_search", "api_key"),
+        "CRAG_RERANKER_API_KEY": ("reranker", "api_key"),
         "CRAG_API_KEY": ("server", "api_key"),
     }
     for name, (section, key) in aliases.items():

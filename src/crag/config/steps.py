@@ -60,11 +60,12 @@ class PostprocessSettings(Section):
 
 
 class GraderSettings(Section):
-    kind: Literal["auto", "lexical", "llm", "cascade"] = Field(
+    kind: Literal["auto", "lexical", "llm", "rerank", "cascade"] = Field(
         "auto",
-        description="lexical: the offline evaluator; llm: the model grades every chunk; cascade: the "
-        "offline evaluator grades, and only chunks scoring inside [band_low, band_high) go to the model; "
-        "auto: llm with a model, else lexical.",
+        description="lexical: the offline evaluator; llm: the model grades every chunk; rerank: the "
+        "[reranker] grades all chunks in one request; cascade: the offline evaluator grades, and only "
+        "chunks scoring inside [band_low, band_high) go to the model (the [reranker] when configured, "
+        "else the LLM); auto: the [reranker] when configured, else llm with a model, else lexical.",
     )
     # Unset, each grader reads its scores with its own thresholds (`grading.thresholds_of`): the
     # offline evaluator's are fitted with its weights (crag/steps/grading/evaluator.json), a
@@ -92,6 +93,49 @@ class GraderSettings(Section):
             raise ValueError(f"grader.lower ({self.lower}) must not exceed grader.upper ({self.upper})")
         if self.band_low > self.band_high:
             raise ValueError(f"grader.band_low ({self.band_low}) must not exceed grader.band_high ({self.band_high})")
+        return self
+
+
+RerankShape = Literal["auto", "cohere", "cohere-v2", "jina", "vllm", "llamacpp", "infinity", "tei"]
+
+
+class RerankerSettings(Section):
+    """A cross-encoder reranker that grades (`[grader] kind = "rerank"`): a rerank server's
+    endpoint (`base_url`), or a model folder run locally on ONNX Runtime (`model_dir`)."""
+
+    kind: Literal["auto", "http", "onnx"] = Field(
+        "auto", description="http: a rerank server at base_url; onnx: the model in model_dir; auto: onnx "
+        "when model_dir is set, else http."
+    )
+    base_url: str | None = Field(None, description="The rerank server, e.g. http://localhost:8080 (kind http).")
+    model: str | None = Field(None, description="The model name sent to the server (some servers need one).")
+    api_key: SecretStr | None = Field(None, description="Sent as a bearer token; also CRAG_RERANKER_API_KEY.")
+    shape: RerankShape = Field("auto", description="The server's request and reply shape; auto: found by asking.")
+    scores: Literal["auto", "probability", "logit"] = Field(
+        "auto", description="logit: sigmoid of each score; auto: as is when all in [0, 1], else sigmoid."
+    )
+    timeout: float = Field(10.0, gt=0, description="Seconds per rerank request (one retry), within the run's deadline.")
+    model_dir: Path | None = Field(None, description="A cross-encoder's folder: model.onnx and tokenizer.json (kind onnx).")
+    max_chars: int = Field(2000, gt=0, description="Characters of each chunk sent to the reranker.")
+    # The reranker's own thresholds on its 0-1 score, as `crag calibrate` fitted them; unset,
+    # 0.5 / 0.1 (`grading.rerank.RERANK_THRESHOLDS`). [grader] upper/lower still override them.
+    upper: float | None = Field(None, ge=0.0, le=1.0, description="Fitted: a chunk >= upper is Correct. Unset: 0.5.")
+    lower: float | None = Field(None, ge=0.0, le=1.0, description="Fitted: all chunks < lower is Incorrect. Unset: 0.1.")
+
+    @property
+    def configured(self) -> bool:
+        """Whether a reranker is named: a server's `base_url` or a `model_dir`."""
+        return bool(self.base_url) or self.model_dir is not None
+
+    @property
+    def local(self) -> bool:
+        """Whether it runs here on ONNX Runtime rather than on a server."""
+        return self.kind == "onnx" or (self.kind == "auto" and self.model_dir is not None)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RerankerSettings:
+        if self.lower is not None and self.upper is not None and self.lower > self.upper:
+            raise ValueError(f"reranker.lower ({self.lower}) must not exceed reranker.upper ({self.upper})")
         return self
 
 

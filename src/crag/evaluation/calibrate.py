@@ -172,6 +172,16 @@ def fit_lower(
     return float(min(positive[allowed_below], upper))
 
 
+def fit_thresholds(
+    labels: Sequence[bool], scores: Sequence[float], *, target_precision: float | None = None,
+    lower_recall: float = 0.98, decimals: int = 3,
+) -> tuple[float, float]:
+    """`upper` (`fit_upper`, rounded up) and `lower` (`fit_lower`, rounded down) to `decimals`:
+    what `crag calibrate` prints and writes, for any grader's scores."""
+    upper = _round(fit_upper(labels, scores, target_precision=target_precision), decimals, up=True)
+    return upper, _round(fit_lower(labels, scores, recall=lower_recall, upper=upper), decimals, up=False)
+
+
 def _sweep(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Candidate thresholds (descending) with the true and false positives of `s >= t`."""
     values = np.unique(s)[::-1]  # distinct scores, highest first
@@ -241,8 +251,9 @@ async def acalibrate(
         retrievals_all.extend(retrievals)
     labels = [p.label(label) for p in pairs]
     scores = [p.score for p in pairs]
-    upper = _round(fit_upper(labels, scores, target_precision=target_precision), decimals, up=True)
-    lower = _round(fit_lower(labels, scores, recall=lower_recall, upper=upper), decimals, up=False)
+    upper, lower = fit_thresholds(
+        labels, scores, target_precision=target_precision, lower_recall=lower_recall, decimals=decimals
+    )
     other: Label = "answer" if label == "gold" else "gold"
     positive_scores = np.asarray(scores)[np.asarray(labels, dtype=bool)]
     return Calibration(

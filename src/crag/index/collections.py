@@ -15,7 +15,6 @@ from pathlib import Path
 
 from crag.errors import ConfigError
 
-
 DEFAULT = "default"
 FOLDER = "collections"
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")

@@ -29,6 +29,7 @@ from crag.errors import ConfigError
 from crag.events import Grade, Verdict
 from crag.interfaces import CoverageJudge, Grader, Postprocessor, Retriever
 from crag.steps.grading import context_of, decide_verdict, thresholds_of
+from crag.steps.grading.rerank import reranker_order
 from crag.steps.postprocessing import apply_postprocessors
 
 __all__ = ["Graded", "GradedRetrieval"]
@@ -37,7 +38,8 @@ __all__ = ["Graded", "GradedRetrieval"]
 class Graded:
     """Chunks, a grade for each (in the same order), and the verdict they make together.
 
-    `kept` are the chunks at or above the lower threshold: what refinement reads.
+    `kept` are the chunks at or above the lower threshold: what refinement reads, in the
+    reranker's order where a reranker graded them (`grading.rerank.reranker_order`).
     `coverage` is the kept chunks' judged share of the question, when it was judged.
     """
 
@@ -124,7 +126,8 @@ class GradedRetrieval:
             raise ConfigError("this retrieval has no grader: give one to grade what it finds")
         chunks = list(chunks)
         grades = list(await self.grader.grade(against, chunks))
-        kept = [c for c, g in zip(chunks, grades) if g.score >= self.lower]
+        # Where a reranker graded, its order is the kept chunks' (refining and the answer keep it).
+        kept = [chunks[i] for i in reranker_order(grades) if grades[i].score >= self.lower]
         coverage = None
         if whole and self.judge is not None and any(g.score >= self.upper for g in grades):
             pairs = [(c.node.get_content(), context_of(c.node.metadata)) for c in kept]

@@ -12,16 +12,14 @@ import httpx
 import pytest
 from support.loopback import uvicorn_serving
 from support.marks import BROWSER
-from support.paths import SAMPLES
 from support.secret_collections import (
     DEFAULT_QUESTION,
     HR_FILE,
     HR_QUESTION,
     key_for,
-    secret_collections,
+    secret_settings,
 )
 
-from crag import Settings
 from crag.app.server import build_server
 
 pytestmark = BROWSER
@@ -40,9 +38,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("live-collections")
-    root = secret_collections(tmp / "index")
-    settings = Settings.load(env={}, index={"path": root}, web_search={"corpus": SAMPLES / "web.jsonl"},
-                             server={"store": str(tmp / "server.db")})
+    settings = secret_settings(tmp)
     both, hr = key_for(settings, "both", ["default", "hr"]), key_for(settings, "hr-bot", ["hr"])
     with uvicorn_serving(build_server(settings).app) as url:
         yield Served(url, both, hr)

@@ -24,9 +24,9 @@ from support.loopback import uvicorn_serving
 from support.serving import running, server_settings
 
 from crag.app.access import principal_of
+from crag.app.keys import KeyRing, create_key, revoke_key
 from crag.app.server.ops.auth import ApiKeyMiddleware, LocalOnly
 from crag.app.server.ops.guard import hide_query_secrets
-from crag.app.keys import KeyRing, create_key, revoke_key
 
 ADMIN_KEY = "PLANTED.admin.7e11"
 

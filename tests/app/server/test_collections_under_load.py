@@ -31,8 +31,8 @@ from support.three_collections import (
 )
 
 from crag import Settings
-from crag.app.server import CragServer, build_server
 from crag.app.keys import create_key, keys_file
+from crag.app.server import CragServer, build_server
 
 ADMIN_KEY = "admin-key-of-the-load-test"
 RUNS_PER_KEY = 10

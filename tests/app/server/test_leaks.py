@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from support.loopback import LoopbackServer, message_text, openai_chat, uvicorn_serving
 from support.paths import SAMPLES
-from support.postgres import PostgresCluster, postgres_bin
+from support.postgres import postgres_url
 from support.secret_collections import (
     DEFAULT_FILE,
     DEFAULT_QUESTION,
@@ -51,8 +49,8 @@ from support.serving import server_settings
 from support.workflow import GatedGrader
 
 from crag import ingest
-from crag.app.server import CragServer, build_server
 from crag.app.keys import keys_file, revoke_key
+from crag.app.server import CragServer, build_server
 from crag.config import Settings
 from crag.index.collections import collection_path
 
@@ -686,7 +684,7 @@ def cache_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         (docs / file).write_text(f"# Secret\n\nThe codeword of the {name} collection is {secret}.\n")
         ingest([docs], collection_path(root, name))
     with ExitStack() as stack:
-        store = str(tmp / "server.db") if request.param == "sqlite" else stack.enter_context(_postgres_url())
+        store = str(tmp / "server.db") if request.param == "sqlite" else stack.enter_context(postgres_url())
         model = stack.enter_context(LoopbackServer(openai_chat(lambda p: "9" if _grading(p) else "At 07:30 [1].")))
         settings = Settings.load(env={"OPENAI_BASE_URL": model.url + "/v1", "OPENAI_API_KEY": "sk-test"},
                                  index={"path": root}, web_search={"corpus": SAMPLES / "web.jsonl"},
@@ -700,22 +698,6 @@ def cache_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
             assert asked.status_code == 200, asked.text
             seen[step] = (asked.json()["result"]["value"]["result"], shared())
         yield seen
-
-
-@contextmanager
-def _postgres_url() -> Iterator[str]:
-    """CI's PostgreSQL (CRAG_TEST_POSTGRES_URL), else a throwaway cluster; skipped without PostgreSQL."""
-    if os.environ.get("CRAG_TEST_POSTGRES_URL"):
-        yield os.environ["CRAG_TEST_POSTGRES_URL"]
-        return
-    bin_dir = postgres_bin()
-    if bin_dir is None or not (bin_dir / "initdb").exists():
-        pytest.skip("PostgreSQL is not installed (no initdb under /usr/lib/postgresql/*/bin or PG_BIN)")
-    cluster = PostgresCluster(Path(tempfile.mkdtemp(prefix="crag-pg-")), bin_dir)
-    try:
-        yield cluster.url
-    finally:
-        cluster.remove()
 
 
 def test_a_grade_kept_for_one_collections_chunk_is_not_reused_by_another(cache_runs: dict[str, Any]) -> None:

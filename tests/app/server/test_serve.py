@@ -390,6 +390,7 @@ async def test_requests_racing_with_one_new_handler_id_start_one_run_and_nobody_
         replies = await asyncio.gather(*(
             client.post("/workflows/crag/run", json={"start_event": {"query": q}, "handler_id": handler_id})
             for q in questions))
+        kept = (await client.get(f"/handlers/{handler_id}")).json()
 
     started = [(q, r) for q, r in zip(questions, replies, strict=True) if r.status_code == 200]
     refused = [r for r in replies if r.status_code == 409]
@@ -397,5 +398,4 @@ async def test_requests_racing_with_one_new_handler_id_start_one_run_and_nobody_
     asked, reply = started[0]
     assert CragResult.model_validate(reply.json()["result"]["value"]["result"]).query == asked  # its own answer
     assert all("is taken" in r.json()["detail"] for r in refused)
-    kept = httpx.get(f"{base_url}/handlers/{handler_id}").json()
     assert kept["status"] == "completed" and kept["result"] == reply.json()["result"]

@@ -35,7 +35,7 @@ def _handler(handler_id: str, status: str = "running", age: float = 0.0) -> Pers
                              completed_at=at if status != "running" else None)
 
 
-def _upkeep(store, kind: str, where: str, tmp_path: Path, **kw) -> Upkeep:  # noqa: ANN001
+def _upkeep(store, kind: str, where: str, tmp_path: Path, **kw) -> Upkeep:
     options = {"keep_runs": 1000, "keep_days": 30.0, "orphan_after": 1.0} | kw
     return Upkeep(store, kind, where, live=LiveRuns(), **options)
 

@@ -47,14 +47,15 @@ from workflows.plugins.basic import BasicRuntime
 
 from crag import text
 from crag._offload import settle_heap
+from crag.app.access import ADMIN
 from crag.app.grade_cache import grade_cache_for
+from crag.app.keys import KeyRing, keys_file
 from crag.app.mcp_engine import Engine
 from crag.app.runs import WORKFLOW_NAME, RunService
 from crag.app.server.openai.api import openai_routes
 from crag.app.server.ops.admission import Admission
 from crag.app.server.ops.auth import ApiKeyMiddleware, LocalOnly
 from crag.app.server.ops.gate import RunGate
-from crag.app.keys import KeyRing, keys_file
 from crag.app.server.ops.guard import RequestGuard, check_bind
 from crag.app.server.ops.reload import IndexReloader
 from crag.app.server.ops.upkeep import PROBE_REUSE, CancelReport, LiveRuns, Upkeep
@@ -68,7 +69,7 @@ from crag.index import ChunkIndex
 from crag.index.collections import DEFAULT, check_name, found_collections
 from crag.workflows import CorrectiveRAGWorkflow
 
-__all__ = ["CragServer", "WORKFLOW_NAME", "build_server", "serve"]
+__all__ = ["WORKFLOW_NAME", "CragServer", "build_server", "serve"]
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,8 @@ def serve(settings: Settings) -> None:
     crag_server = build_server(settings)
     host, port = settings.server.host, settings.server.port
     print(
-        f"crag: serving http://{host}:{port} (workflow '{WORKFLOW_NAME}', runs kept in "
+        f"crag: serving http://{host}:{port} (workflows "
+        f"{', '.join(repr(served.workflow_name) for served in crag_server.runs.visible(ADMIN))}, runs kept in "
         f"{crag_server.store.kind} {crag_server.store.where}, "
         f"{'API key required' if crag_server.auth else 'no API key: anyone who can connect may ask'})"
         + (f"; MCP clients: http://{host}:{port}/mcp" if mcp_available() else ""),

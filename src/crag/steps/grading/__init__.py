@@ -5,6 +5,7 @@
 - `lexical`: the offline evaluator (`LexicalEvaluator`), no model;
 - `llm`: a chat model grades each chunk (`LLMGrader`);
 - `batch`: one call grades all chunks (`BatchLLMGrader`);
+- `rerank`: a cross-encoder reranker grades all chunks in one request (`RerankGrader`);
 - `cascade`: the model grades only where the offline evaluator is unsure (`CascadeGrader`);
 - `cache`: grades kept and read back (`CachedGrader`).
 """
@@ -14,6 +15,7 @@ from crag.steps.grading.cache import CachedGrader, prompt_version
 from crag.steps.grading.cascade import CascadeGrader
 from crag.steps.grading.lexical import LexicalEvaluator, context_of
 from crag.steps.grading.llm import LLMGrader, parse_grade
+from crag.steps.grading.rerank import RERANK_THRESHOLDS, RerankGrader
 from crag.steps.grading.verdict import RATING_THRESHOLDS, decide_verdict, explain_verdict, thresholds_of
 
 __all__ = [
@@ -23,6 +25,8 @@ __all__ = [
     "LLMGrader",
     "LexicalEvaluator",
     "RATING_THRESHOLDS",
+    "RERANK_THRESHOLDS",
+    "RerankGrader",
     "context_of",
     "decide_verdict",
     "explain_verdict",

@@ -16,9 +16,9 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crag.app.access import ADMIN, LOCAL, NOBODY, Principal, set_principal
+from crag.app.keys import KeyRing
 from crag.app.server.openai.errors import refusal
 from crag.app.server.ops.guard import hide_query_secrets
-from crag.app.keys import KeyRing
 
 # Load balancers probe /health without a key; / is the live page, which asks for the key.
 OPEN_PATHS = frozenset({"/health", "/"})

@@ -28,7 +28,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 from llama_agents.server import AbstractWorkflowStore, HandlerQuery
@@ -201,7 +200,7 @@ class Upkeep:
                 what = f"upkeep ({job.__name__})"
                 try:
                     await job()
-                except Exception as exc:  # noqa: BLE001 - upkeep must outlive a bad moment
+                except Exception as exc:
                     outages.failed(what, f"{type(exc).__name__}: {exc}")
                 else:
                     outages.passed(what)
@@ -224,7 +223,7 @@ class Upkeep:
             await self.leave()
 
 
-class _sqlite:  # noqa: N801 - a context manager, used like a function
+class _sqlite:
     """A short-lived connection of its own (used from a worker thread), closed on exit."""
 
     def __init__(self, path: str, timeout: float) -> None:
