@@ -135,6 +135,16 @@ def add_evaluation_commands(sub: Any) -> None:
         metavar="A",
         help="with --band: share of verdicts that must match model-only grading (default 0.95)",
     )
+    p.add_argument(
+        "--reranker",
+        action="store_true",
+        help="instead, fit [reranker] upper/lower: the configured reranker scores each question's chunks "
+        "(one request per question), beside the offline evaluator; implied by [grader] kind = \"rerank\"",
+    )
+    p.add_argument(
+        "--folds", type=int, default=5, metavar="K",
+        help="with --reranker: cross-validate over K folds of whole questions (default 5)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_calibrate)
 
@@ -182,9 +192,12 @@ def _calibrate(args: argparse.Namespace) -> int:
         )
     if args.band:
         return _calibrate_band(args)
+    settings = Settings.load(args.config)
+    if args.reranker or settings.grader.kind == "rerank":
+        return _calibrate_reranker(args, settings)
     result = calibrate(
         list(zip(args.dataset, args.corpus)),
-        Settings.load(args.config),
+        settings,
         label=args.label,
         target_precision=args.target_precision,
         lower_recall=args.lower_recall,
@@ -257,6 +270,37 @@ def _calibrate_band(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate_reranker(args: argparse.Namespace, settings: Any) -> int:
+    from crag.config import CONFIG_FILE
+    from crag.evaluation.rerank_fit import calibrate_reranker, configured_reranker, table, toml_lines
+    from crag.evaluation.settings_file import set_table_values
+
+    section = settings.reranker
+    result = calibrate_reranker(
+        list(zip(args.dataset, args.corpus)), settings, configured_reranker(settings),
+        name=f"reranker ({section.model or section.base_url or section.model_dir})", folds=args.folds,
+        label=args.label, target_precision=args.target_precision, lower_recall=args.lower_recall,
+        drop_fraction=args.drop_gold, seed=args.seed, max_chars=section.max_chars,
+    )
+    target = args.config or Path(CONFIG_FILE)
+    if args.write is not None and args.write is not _DEFAULT_TARGET:
+        target = args.write
+    write = args.write is not None and not args.dry_run
+    if write:
+        set_table_values(target, "reranker", {"upper": result.reranker.upper, "lower": result.reranker.lower})
+    if args.json:
+        print(json.dumps({**result.model_dump(mode="json"), "written": str(target) if write else None}))
+        return 0
+    print(table(result) + "\n")
+    if write:
+        print(f"wrote [reranker] upper and lower to {target}; {_who_reads(target, args.config, 'RERANKER')}")
+    else:
+        print(f"To use them, paste into crag.toml (or run again with --write [FILE]):\n\n{toml_lines(result)}")
+    if settings.grader.upper is not None or settings.grader.lower is not None:
+        print("note: [grader] upper/lower are set and override [reranker]'s; remove them to use these.")
+    return 0
+
+
 def _ask_to_write(target: Path) -> bool:
     """In a terminal, ask before writing; anywhere else (a script, CI), never write unasked."""
     if not sys.stdin.isatty():
@@ -268,14 +312,14 @@ def _ask_to_write(target: Path) -> bool:
     return reply.strip().lower() in ("y", "yes")
 
 
-def _who_reads(target: Path, config: Path | None) -> str:
+def _who_reads(target: Path, config: Path | None, section: str = "GRADER") -> str:
     """Which later runs pick the file up, so that nobody is surprised by new thresholds."""
     from crag.config import CONFIG_FILE
 
     if config is None and target == Path(CONFIG_FILE):
         return (
             f"every crag command run in {Path.cwd()} now uses them "
-            "(flags and CRAG_GRADER__UPPER / __LOWER still override)"
+            f"(flags and CRAG_{section}__UPPER / __LOWER still override)"
         )
     return f"crag commands given --config {target} use them"
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from crag._offload import warm_up
-from crag.config import LLMSettings, Settings
+from crag.config import LLMSettings, RerankerSettings, Settings
 from crag.errors import ConfigError
 from crag.index import ChunkIndex
 from crag.index.grade_cache import FILE_NAME as GRADE_CACHE_FILE
 from crag.index.grade_cache import AsyncGradeCache, GradeCache, grade_scope
 from crag.ingestion.configured import llm_options, options_of, vector_store_options
-from crag.interfaces import Grader, Postprocessor, QueryRewriter, Synthesizer, WebSearch
+from crag.interfaces import Grader, Postprocessor, QueryRewriter, Reranker, Synthesizer, WebSearch
 from crag.models import LLMFactory, WordLlamaEmbedding
 from crag.prompts import BATCH_GRADE_PROMPT, GRADE_PROMPT
 from crag.steps.bridging import LexicalBridgeFinder
@@ -23,7 +23,9 @@ from crag.steps.grading import (
     CascadeGrader,
     LexicalEvaluator,
     LLMGrader,
+    RerankGrader,
     prompt_version,
+    thresholds_of,
 )
 from crag.steps.postprocessing import (
     PostprocessOptions,
@@ -171,23 +173,37 @@ def _grader(
     settings: Settings, index: ChunkIndex, llms: LLMFactory, evaluator: LexicalEvaluator, *, model_wanted: bool,
     cache: GradeCache | AsyncGradeCache | None = None,
 ) -> Grader:
-    """The offline evaluator; or the model, one call per chunk or one per batch, its grades kept
-    in the grade cache; or a cascade, where the model sees only the chunks the evaluator is
-    unsure of."""
+    """The offline evaluator; or a model, its grades kept in the grade cache: the `[reranker]`
+    (one request per question), or the LLM (one call per chunk or one per batch); or a cascade,
+    where the model sees only the chunks the evaluator is unsure of.
+
+    A configured reranker is the model wherever one grades: `rerank`, `cascade`, and `auto`."""
     options = settings.grader
-    if options.kind != "cascade" and not model_wanted:
+    reranker = settings.reranker
+    if options.kind == "rerank" and not reranker.configured:
+        raise ConfigError('[grader] kind = "rerank" needs a reranker: set [reranker] base_url (a rerank server) '
+                          "or [reranker] model_dir (a cross-encoder run here on ONNX Runtime).")
+    reranks = options.kind == "rerank" or (options.kind in ("auto", "cascade") and reranker.configured)
+    if options.kind != "cascade" and not model_wanted and not reranks:
         return evaluator
-    model: Grader = LLMGrader(
-        llms.llm, fallback=evaluator, concurrency=options.concurrency, max_tokens=settings.llm.max_tokens_grade
-    )
-    version = prompt_version(GRADE_PROMPT)
-    if options.batch:
-        model = BatchLLMGrader(llms.llm, per_chunk=model, max_tokens=settings.llm.max_tokens_batch_grade)
-        version = prompt_version(BATCH_GRADE_PROMPT, GRADE_PROMPT)
+    model: Grader
+    if reranks:
+        model = RerankGrader(_reranker(reranker), evaluator, max_chars=reranker.max_chars,
+                             thresholds=thresholds_of(RerankGrader, reranker.upper, reranker.lower))
+        # No prompt: what changes its scores is how they are read and how much of a chunk is sent.
+        version, model_key = f"scores={reranker.scores}|chars={reranker.max_chars}", reranker_id(reranker)
+    else:
+        model = LLMGrader(
+            llms.llm, fallback=evaluator, concurrency=options.concurrency, max_tokens=settings.llm.max_tokens_grade
+        )
+        version, model_key = prompt_version(GRADE_PROMPT), model_id(settings.llm)
+        if options.batch:
+            model = BatchLLMGrader(llms.llm, per_chunk=model, max_tokens=settings.llm.max_tokens_batch_grade)
+            version = prompt_version(BATCH_GRADE_PROMPT, GRADE_PROMPT)
     if settings.cache.enabled and cache is None and index.path is not None:
         cache = GradeCache(index.path / GRADE_CACHE_FILE, max_entries=settings.cache.max_entries)
     if settings.cache.enabled and cache is not None:
-        model = CachedGrader(model, cache, model=model_id(settings.llm), version=version,
+        model = CachedGrader(model, cache, model=model_key, version=version,
                              scope=grade_scope(cache, index.path))
     if options.kind == "cascade":
         return CascadeGrader(evaluator, model, band=(options.band_low, options.band_high))
@@ -197,6 +213,33 @@ def _grader(
 def model_id(llm: LLMSettings) -> str:
     """The model as the grade cache keys it: its name and the server that runs it."""
     return f"{llm.base_url or 'openai'}|{llm.model}"
+
+
+def reranker_id(reranker: RerankerSettings) -> str:
+    """The reranker as the grade cache keys it: the server and model, or the local model's folder."""
+    if reranker.local:
+        return f"onnx|{Path(str(reranker.model_dir)).expanduser().resolve()}"
+    return f"{reranker.base_url}|{reranker.model or ''}"
+
+
+def _reranker(options: RerankerSettings) -> Reranker:
+    """The `[reranker]`: a local cross-encoder (the `onnx` extra), or a rerank server's client.
+    Imported here: neither is loaded by a run that does not rerank."""
+    if options.local:
+        if options.model_dir is None:
+            raise ConfigError('[reranker] kind = "onnx" needs [reranker] model_dir: the cross-encoder\'s folder.')
+        from crag.models.onnx_rerank import OnnxReranker
+
+        return OnnxReranker(options.model_dir)
+    if not options.base_url:
+        raise ConfigError('[reranker] kind = "http" needs [reranker] base_url: the rerank server.')
+    from crag.models.rerank import HttpReranker
+
+    return HttpReranker(
+        base_url=options.base_url, model=options.model,
+        api_key=options.api_key.get_secret_value() if options.api_key else None,
+        shape=options.shape, scores=options.scores, timeout=options.timeout, max_chars=options.max_chars,
+    )
 
 
 def _summary_retriever(

@@ -37,6 +37,7 @@ class RerankGrader:
     """
 
     name = "rerank"
+    thresholds = RERANK_THRESHOLDS  # the class's, for `thresholds_of(RerankGrader, upper, lower)`
 
     def __init__(
         self, reranker: Reranker, fallback: Grader, *,
