@@ -23,6 +23,10 @@ k grades, a rewrite and an answer, k + 2 calls at most):
 * cascade + batch: the uncertain chunks graded in one call (a band fitted for that);
 * cascade + batch + cache: the same with the grade cache on, asked twice: cold, then the same
   questions again. (The other modes run with the cache off.)
+* rerank: `kind = "rerank"`, a loopback rerank server (TEI's shape) scoring rating / 10, read
+  with the model's thresholds: one request for all k chunks;
+* cascade + rerank: `kind = "cascade"` with a `[reranker]`: the reranker gets the uncertain
+  chunks, in one request, and none when the evaluator is sure of every chunk.
 
 Printed per mode: model calls per question (all, and grading only), verdict agreement with
 model-only grading, whether the tokens in the runs' cost records equal what the server
@@ -73,8 +77,9 @@ class SimulatedModel:
     def __init__(self, gold_text: dict[str, str], noise: float, latency: float, seed: int) -> None:
         self.gold_text = gold_text  # question -> its gold passage's text, spacing collapsed
         self.noise, self.latency, self.seed = noise, latency, seed
-        self.calls: dict[str, int] = {"grade": 0, "batch": 0, "other": 0}
+        self.calls: dict[str, int] = {"grade": 0, "batch": 0, "rerank": 0, "other": 0}
         self.tokens_in = self.tokens_out = 0
+        self.reranked: list[str] = []  # each rerank request's query: a question, or a hop's
 
     def rating(self, question: str, document: str) -> int:
         gold = self.gold_text.get(_words(question), "")
@@ -99,7 +104,17 @@ class SimulatedModel:
             return question
         return "From the passages [1]."
 
+    def rerank(self, body: dict) -> Reply:
+        """A rerank server in TEI's shape: `texts` in, [{index, score}] out, score = rating / 10."""
+        self.calls["rerank"] += 1
+        self.reranked.append(body["query"])
+        scores = [self.rating(body["query"], text) / 10 for text in body["texts"]]
+        return Reply(200, sorted(({"index": i, "score": s} for i, s in enumerate(scores)), key=lambda r: -r["score"]))
+
     def handle(self, request) -> Reply:  # noqa: ANN001 - a loopback Request
+        if request.path == "/rerank":
+            time.sleep(self.latency)
+            return self.rerank(request.json)
         prompt = message_text(request)
         time.sleep(self.latency)
         body = chat_completion(self.reply(prompt), model="simulated", prompt_text=prompt)
@@ -109,6 +124,7 @@ class SimulatedModel:
 
     def reset(self) -> None:
         self.calls = dict.fromkeys(self.calls, 0)
+        self.reranked = []
         self.tokens_in = self.tokens_out = 0
 
 
@@ -126,10 +142,11 @@ class ModeResult:
 
 def _settings(server: LoopbackServer, index_dir: Path, web: Path, **grader: object) -> Settings:
     cache = grader.pop("cache", False)
+    reranker = grader.pop("reranker", {})
     return Settings.load(
         env={"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": "sk-simulated", "OPENAI_MODEL": "simulated"},
         index={"path": index_dir}, web_search={"corpus": web}, decomposer={"kind": "rules"},
-        grader=grader, cache={"enabled": cache},
+        grader=grader, cache={"enabled": cache}, reranker=reranker,
     )
 
 
@@ -148,9 +165,14 @@ async def _ask_all(name: str, settings: Settings, questions: list, model: Simula
     out.seconds = time.perf_counter() - started
     out.questions = len(questions)
     out.calls = sum(model.calls.values())
-    out.grading_calls = model.calls["grade"] + model.calls["batch"]
+    out.grading_calls = model.calls["grade"] + model.calls["batch"] + model.calls["rerank"]
     out.tokens_match = (tokens_in, tokens_out) == (model.tokens_in, model.tokens_out)
     out.calls_match = calls == out.calls
+    if model.calls["rerank"]:  # a run grades its question's chunks in one request; a hop's are graded apart
+        asked = {q.question for q in questions}
+        own = sum(query in asked for query in model.reranked)
+        print(f"{name}: {own} rerank requests for {len(questions)} questions' own chunks, "
+              f"{len(model.reranked) - own} for their hops' chunks", file=sys.stderr)
     return out
 
 
@@ -190,6 +212,8 @@ async def run_set(name: str, args: argparse.Namespace, tmp: Path) -> list[ModeRe
         index_dir, web = folder / "index", folder / "web.jsonl"
         cascade = dict(kind="cascade", band_low=band.low, band_high=band.high)
         cascade_batch = dict(kind="cascade", band_low=batch_band.low, band_high=batch_band.high, batch=True)
+        # The simulated reranker scores rating / 10: read with the model's thresholds, as fitted ones would be.
+        reranker = {"reranker": {"base_url": server.url, "shape": "tei", "upper": upper, "lower": lower}}
         results = [
             await _ask_all("model-only", _settings(server, index_dir, web, kind="llm"), test_half, model),
             await _ask_all("batch", _settings(server, index_dir, web, kind="llm", batch=True), test_half, model),
@@ -199,6 +223,9 @@ async def run_set(name: str, args: argparse.Namespace, tmp: Path) -> list[ModeRe
                            _settings(server, index_dir, web, cache=True, **cascade_batch), test_half, model),
             await _ask_all("cascade+batch+cache, again",
                            _settings(server, index_dir, web, cache=True, **cascade_batch), test_half, model),
+            await _ask_all("rerank", _settings(server, index_dir, web, kind="rerank", **reranker), test_half, model),
+            # The band fitted for the per-chunk model: the reranker gives the same scores.
+            await _ask_all("cascade+rerank", _settings(server, index_dir, web, **cascade, **reranker), test_half, model),
         ]
     return results
 

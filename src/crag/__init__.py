@@ -21,13 +21,13 @@ _EXPORTS = {
     "crag.errors": (
         "ConfigError", "CragError", "DecomposeParseError", "GradeParseError", "IndexNotFoundError",
         "IngestError", "ModelReplyError", "QueryError", "QueryRejected", "ReplyCutOff",
-        "SearchError", "StepError", "TraceError",
+        "RerankError", "SearchError", "StepError", "TraceError",
     ),
     "crag.events": ("Bridge", "CragResult", "Grade", "Source", "Strip", "Verdict"),
     "crag.index": ("ChunkIndex",),
     "crag.ingestion": ("ingest",),
     "crag.interfaces": (
-        "BridgeFinder", "Decomposer", "Grader", "QueryRewriter", "Refiner", "Retriever",
+        "BridgeFinder", "Decomposer", "Grader", "QueryRewriter", "Refiner", "Reranker", "Retriever",
         "Synthesizer", "WebSearch",
     ),
     "crag.workflows": ("CorrectiveRAGWorkflow",),
@@ -83,6 +83,7 @@ if _TYPE_CHECKING:  # `X as X`: a re-export, as type checkers cannot read a comp
     from crag.errors import QueryError as QueryError
     from crag.errors import QueryRejected as QueryRejected
     from crag.errors import ReplyCutOff as ReplyCutOff
+    from crag.errors import RerankError as RerankError
     from crag.errors import SearchError as SearchError
     from crag.errors import StepError as StepError
     from crag.errors import TraceError as TraceError
@@ -99,6 +100,7 @@ if _TYPE_CHECKING:  # `X as X`: a re-export, as type checkers cannot read a comp
     from crag.interfaces import Grader as Grader
     from crag.interfaces import QueryRewriter as QueryRewriter
     from crag.interfaces import Refiner as Refiner
+    from crag.interfaces import Reranker as Reranker
     from crag.interfaces import Retriever as Retriever
     from crag.interfaces import Synthesizer as Synthesizer
     from crag.interfaces import WebSearch as WebSearch

@@ -294,6 +294,14 @@ def note_degraded(message: str) -> None:
         record.degrade(message)
 
 
+def note_model_call() -> None:
+    """Count a model call made without llama-index (a rerank request) on the running step, whether
+    or not it answers: it was sent; its tokens are no chat model's (no-op outside a step)."""
+    record = _current_step.get()
+    if record is not None:
+        record.llm_calls += 1
+
+
 def note_unfinished_call(prompt: str) -> None:
     """Count a model call that ended without a reply (the run's deadline ended it, the server
     failed) on the running step: it was sent, so it costs; its prompt tokens are counted here,

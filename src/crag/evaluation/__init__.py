@@ -6,5 +6,5 @@
 Modules, one job each: `datasets` (reading the files, dropping gold passages),
 `metrics` (answer matching and classification measures), `systems` (the workflows
 compared), `runner` (running them), `report` (JSON, Markdown, charts), `calibrate`
-(fitting the grader's thresholds) and `cli` (the two commands).
+(fitting the grader's thresholds), `rerank_fit` (a reranker's, cross-validated by question) and `cli` (the two commands).
 """

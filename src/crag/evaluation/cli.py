@@ -272,7 +272,12 @@ def _calibrate_band(args: argparse.Namespace) -> int:
 
 def _calibrate_reranker(args: argparse.Namespace, settings: Any) -> int:
     from crag.config import CONFIG_FILE
-    from crag.evaluation.rerank_fit import calibrate_reranker, configured_reranker, table, toml_lines
+    from crag.evaluation.rerank_fit import (
+        calibrate_reranker,
+        configured_reranker,
+        table,
+        toml_lines,
+    )
     from crag.evaluation.settings_file import set_table_values
 
     section = settings.reranker

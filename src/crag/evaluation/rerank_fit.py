@@ -43,6 +43,9 @@ from crag.interfaces import Reranker
 from crag.steps.grading.rerank import usable
 
 RERANKER, EVALUATOR = "reranker", "offline evaluator"
+# A cross-encoder's sigmoid crowds near 0 and 1 (0.9990 and 0.9995 are both "relevant"): `upper`,
+# rounded up at 3 decimals, could pass every score it was fitted to separate.
+DECIMALS = 4
 
 
 @dataclass(frozen=True)
@@ -102,13 +105,14 @@ def folds_by_question(questions: Sequence[str] | np.ndarray, k: int, seed: int =
 
 def grader_figures(
     name: str, pairs: ScoredPairs, *, k: int, seed: int = 0, target_precision: float | None = None,
-    lower_recall: float = 0.98,
+    lower_recall: float = 0.98, decimals: int = DECIMALS,
 ) -> GraderFigures:
     """Cross-validated balanced accuracy, ROC AUC and thresholds fitted on all, for one grader."""
     scores, labels = pairs.scores[name], pairs.label
 
     def fit(mask: np.ndarray) -> tuple[float, float]:
-        return fit_thresholds(labels[mask], scores[mask], target_precision=target_precision, lower_recall=lower_recall)
+        return fit_thresholds(labels[mask], scores[mask], target_precision=target_precision,
+                              lower_recall=lower_recall, decimals=decimals)
 
     predicted = np.zeros(len(labels), dtype=bool)
     fold_uppers = []
@@ -143,9 +147,9 @@ def configured_reranker(settings: Settings) -> Reranker:
     if not settings.reranker.configured:
         raise ConfigError("No reranker to calibrate: set [reranker] base_url (a rerank server) or model_dir "
                           "(a cross-encoder run here) in crag.toml.")
-    from crag.workflows.factory import build_reranker
+    from crag.workflows.factory import build_reranker  # the factory's own: what a run grades with
 
-    return build_reranker(settings)
+    return build_reranker(settings.reranker)
 
 
 async def acalibrate_reranker(

@@ -3,7 +3,9 @@
 - `local`: WordLlama, read from its wheel (nothing is downloaded);
 - `clients`: the configured chat model (`LLMOptions` say which), built lazily once;
 - `http_pools`: the connection pools its requests go through;
-- `budgeted`: a model whose every call is charged to the question's budget first.
+- `budgeted`: a model whose every call is charged to the question's budget first;
+- `rerank`: a rerank server's client (Cohere, Jina, vLLM, llama.cpp, Infinity, TEI shapes);
+- `onnx_rerank`: a cross-encoder run here on ONNX Runtime (the `onnx` extra), from a folder.
 """
 
 from crag.models.budgeted import BudgetedLLM

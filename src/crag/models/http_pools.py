@@ -22,14 +22,14 @@ def async_http_client() -> Any:
     import openai
 
     pools = [
-        httpx.AsyncHTTPTransport(verify=_tls_context(), limits=default_connection_limits())
+        httpx.AsyncHTTPTransport(verify=tls_context(), limits=default_connection_limits())
         for _ in range(POOL_SHARDS)
     ]
     return openai.DefaultAsyncHttpxClient(transport=pool_shards()(pools))
 
 
 @cache
-def _tls_context() -> Any:
+def tls_context() -> Any:
     """One TLS context for every pool of every client (a client is made per event loop, and
     `ask()` runs each question on a loop of its own): each context loads the CA bundle, ~10 ms."""
     import httpx

@@ -121,6 +121,9 @@ class _CrossEncoder:
 
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3  # errors only: its warnings about a graph are not the user's
+        # Its threads would spin between calls, on cores the event loop and other runs need; a
+        # question is one call (a batch or a few), not a tight loop that spinning would speed up.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if threads is not None:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1

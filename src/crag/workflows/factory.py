@@ -188,7 +188,7 @@ def _grader(
         return evaluator
     model: Grader
     if reranks:
-        model = RerankGrader(_reranker(reranker), evaluator, max_chars=reranker.max_chars,
+        model = RerankGrader(build_reranker(reranker), evaluator, max_chars=reranker.max_chars,
                              thresholds=thresholds_of(RerankGrader, reranker.upper, reranker.lower))
         # No prompt: what changes its scores is how they are read and how much of a chunk is sent.
         version, model_key = f"scores={reranker.scores}|chars={reranker.max_chars}", reranker_id(reranker)
@@ -222,7 +222,7 @@ def reranker_id(reranker: RerankerSettings) -> str:
     return f"{reranker.base_url}|{reranker.model or ''}"
 
 
-def _reranker(options: RerankerSettings) -> Reranker:
+def build_reranker(options: RerankerSettings) -> Reranker:
     """The `[reranker]`: a local cross-encoder (the `onnx` extra), or a rerank server's client.
     Imported here: neither is loaded by a run that does not rerank."""
     if options.local:
@@ -237,7 +237,7 @@ def _reranker(options: RerankerSettings) -> Reranker:
 
     return HttpReranker(
         base_url=options.base_url, model=options.model,
-        api_key=options.api_key.get_secret_value() if options.api_key else None,
+        api_key=options.api_key,
         shape=options.shape, scores=options.scores, timeout=options.timeout, max_chars=options.max_chars,
     )
 
