@@ -223,6 +223,14 @@ def calibrate(datasets: Sequence[tuple[Path, Path]], settings: Settings, **optio
     return run_sync(lambda: acalibrate(datasets, settings, **options))
 
 
+def check_options(datasets: Sequence[tuple[Path, Path]], target_precision: float | None) -> None:
+    """`ConfigError` saying what is wrong with a calibration's data or options, if anything."""
+    if not datasets:
+        raise ConfigError("Nothing to calibrate on; pass --dataset FILE --corpus FILE.")
+    if target_precision is not None and not 0.0 < target_precision <= 1.0:
+        raise ConfigError(f"--target-precision must be in (0, 1], not {target_precision}.")
+
+
 async def acalibrate(
     datasets: Sequence[tuple[Path, Path]],
     settings: Settings,
@@ -237,10 +245,7 @@ async def acalibrate(
     """Fit `upper` and `lower` on the pooled labelled pairs of every (questions, corpus) pair."""
     from crag.workflows.factory import build_workflow
 
-    if not datasets:
-        raise ConfigError("Nothing to calibrate on; pass --dataset FILE --corpus FILE.")
-    if target_precision is not None and not 0.0 < target_precision <= 1.0:
-        raise ConfigError(f"--target-precision must be in (0, 1], not {target_precision}.")
+    check_options(datasets, target_precision)
     pairs: list[LabelledChunk] = []
     retrievals_all: list[Retrieval] = []
     for dataset, corpus in datasets:

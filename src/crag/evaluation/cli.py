@@ -181,7 +181,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from crag.config import CONFIG_FILE, Settings
+    from crag.config import Settings
     from crag.errors import ConfigError
     from crag.evaluation.calibrate import calibrate
     from crag.evaluation.settings_file import set_table_values
@@ -204,9 +204,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         drop_fraction=args.drop_gold,
         seed=args.seed,
     )
-    target = args.config or Path(CONFIG_FILE)
-    if args.write is not None and args.write is not _DEFAULT_TARGET:
-        target = args.write
+    target = _written_to(args)
     if args.json:
         write = args.write is not None and not args.dry_run
         if write:
@@ -241,7 +239,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _calibrate_band(args: argparse.Namespace) -> int:
     from crag._offload import run_sync
-    from crag.config import CONFIG_FILE, Settings
+    from crag.config import Settings
     from crag.evaluation.calibrate import acalibrate_band
     from crag.evaluation.settings_file import set_table_values
 
@@ -249,9 +247,7 @@ def _calibrate_band(args: argparse.Namespace) -> int:
         list(zip(args.dataset, args.corpus)), Settings.load(args.config),
         target=args.target_agreement, drop_fraction=args.drop_gold, seed=args.seed,
     ))
-    target = args.config or Path(CONFIG_FILE)
-    if args.write is not None and args.write is not _DEFAULT_TARGET:
-        target = args.write
+    target = _written_to(args)
     write = args.write is not None and not args.dry_run
     if write:
         set_table_values(target, "grader", {"kind": "cascade", "band_low": result.band_low,
@@ -271,7 +267,6 @@ def _calibrate_band(args: argparse.Namespace) -> int:
 
 
 def _calibrate_reranker(args: argparse.Namespace, settings: Any) -> int:
-    from crag.config import CONFIG_FILE
     from crag.evaluation.rerank_fit import (
         calibrate_reranker,
         configured_reranker,
@@ -287,9 +282,7 @@ def _calibrate_reranker(args: argparse.Namespace, settings: Any) -> int:
         label=args.label, target_precision=args.target_precision, lower_recall=args.lower_recall,
         drop_fraction=args.drop_gold, seed=args.seed, max_chars=section.max_chars,
     )
-    target = args.config or Path(CONFIG_FILE)
-    if args.write is not None and args.write is not _DEFAULT_TARGET:
-        target = args.write
+    target = _written_to(args)
     write = args.write is not None and not args.dry_run
     if write:
         set_table_values(target, "reranker", {"upper": result.reranker.upper, "lower": result.reranker.lower})
@@ -331,3 +324,12 @@ def _who_reads(target: Path, config: Path | None, section: str = "GRADER") -> st
 
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}"
+
+
+def _written_to(args: argparse.Namespace) -> Path:
+    """The settings file `crag calibrate --write` writes: its own FILE, else --config, else ./crag.toml."""
+    from crag.config import CONFIG_FILE
+
+    if args.write is not None and args.write is not _DEFAULT_TARGET:
+        return args.write
+    return args.config or Path(CONFIG_FILE)

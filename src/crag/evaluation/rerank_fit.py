@@ -34,6 +34,7 @@ from crag.errors import ConfigError
 from crag.evaluation.calibrate import (
     Label,
     Retrieval,
+    check_options,
     fit_thresholds,
     label_chunks,
     retrieve_questions,
@@ -175,10 +176,7 @@ async def acalibrate_reranker(
     """
     from crag.workflows.factory import build_workflow
 
-    if not datasets:
-        raise ConfigError("Nothing to calibrate on; pass --dataset FILE --corpus FILE.")
-    if target_precision is not None and not 0.0 < target_precision <= 1.0:
-        raise ConfigError(f"--target-precision must be in (0, 1], not {target_precision}.")
+    check_options(datasets, target_precision)
     # The evaluator grades exactly as it ships: no model, nothing cached.
     offline = settings.model_copy(update={
         "grader": settings.grader.model_copy(update={"kind": "lexical"}),
