@@ -1,6 +1,6 @@
 """Slow connections: does /health answer while thousands of connections each hold half a request?
 
-    .venv/bin/python benchmarks/slow_connections.py [--connections 10500] [--seconds 20] [--plain]
+    .venv/bin/python benchmarks/slow_connections.py [--connections 10500] [--seconds 20] [--plain] [--smoke]
 
 A server process on loopback under the usual soft limit of 1024 open files (`ulimit -n`), as
 `crag serve` runs uvicorn (ops/transport.py: header timeout, connection cap, and the raised
@@ -11,7 +11,8 @@ connection every 0.25 s (each given 2 s). It prints one line:
 
     slow connections: 10500 opened (guarded), /health 145/145 answered, longest wait 0.86 s, 0 held at the end
 
-and exits 1 if a /health went unanswered. On a 2-core machine (flood, server and prober
+then the goals line and the JSON line every benchmark ends with (`_harness`); the goal is every
+/health answered. On a 2-core machine (flood, server and prober
 sharing it), `--seconds 40`: guarded 145/145 answered, longest 0.86 s, none held at the end
 (the flood took 17 s; the header timeout closed the last); `--plain --seconds 25`: 8/95
 answered, 1010 held (the server at its file limit, accepting nothing for a second at a time).
@@ -19,7 +20,6 @@ answered, 1010 held (the server at its file limit, accepting nothing for a secon
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import resource
@@ -28,6 +28,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import _harness
 
 SERVER = """
 import resource, sys, uvicorn
@@ -99,29 +101,41 @@ async def measure(port: int, connections: int, seconds: float) -> tuple[int, lis
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--connections", type=int, default=10_500)
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--plain", action="store_true", help="uvicorn as it comes, without crag's transport")
-    parser.add_argument("--port", type=int, default=18_741)
-    args = parser.parse_args()
+    cli = _harness.parser(__doc__)
+    cli.add_argument("--connections", type=int, default=10_500)
+    cli.add_argument("--seconds", type=float, default=20.0)
+    cli.add_argument("--plain", action="store_true", help="uvicorn as it comes, without crag's transport")
+    cli.add_argument("--port", type=int, default=0, help="the server's port (0: a free one)")
+    args = _harness.parse(cli, smoke={"connections": 50, "seconds": 2.0})
+    port = args.port or free_port()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.connections + 1000)), hard))
     kind = "plain" if args.plain else "guarded"
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.port), kind], env=os.environ)
-    try:
-        while health(args.port) is None:
-            if server.poll() is not None:
-                raise SystemExit("the server did not start")
-            time.sleep(0.2)
-        opened, probes, still = asyncio.run(measure(args.port, args.connections, args.seconds))
-    finally:
-        server.terminate()
-        server.wait(10)
-    answered = [p for p in probes if p is not None]
-    print(f"slow connections: {opened} opened ({kind}), /health {len(answered)}/{len(probes)} answered, "
-          f"longest wait {max(answered, default=float('nan')):.2f} s, {still} held at the end")
-    return 0 if len(answered) == len(probes) else 1
+    with _harness.measured(__file__, args) as run:
+        server = subprocess.Popen([sys.executable, "-c", SERVER, str(port), kind], env=os.environ)
+        try:
+            while health(port) is None:
+                if server.poll() is not None:
+                    raise SystemExit("the server did not start")
+                time.sleep(0.2)
+            opened, probes, still = asyncio.run(measure(port, args.connections, args.seconds))
+        finally:
+            server.terminate()
+            server.wait(10)
+        answered = [p for p in probes if p is not None]
+        longest = max(answered, default=float("nan"))
+        print(f"slow connections: {opened} opened ({kind}), /health {len(answered)}/{len(probes)} answered, "
+              f"longest wait {longest:.2f} s, {still} held at the end")
+        run.figures.update(opened=opened, probes=len(probes), answered=len(answered), longest_wait_s=longest,
+                           held_at_end=still, server=kind)
+        run.goal("/health probes answered, share", len(answered) / max(len(probes), 1), at_least=1.0)
+    return 0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 if __name__ == "__main__":

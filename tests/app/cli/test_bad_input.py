@@ -248,7 +248,7 @@ def test_an_index_path_that_is_a_file_is_named(capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ('[grader]\nkind = "magic"\n', "grader.kind: Input should be 'auto', 'lexical', 'llm' or 'cascade'"),
+        ('[grader]\nkind = "magic"\n', "grader.kind: Input should be 'auto', 'lexical', 'llm', 'rerank' or 'cascade'"),
         ('[synthesizer]\nkind = "gpt"\n', "synthesizer.kind: Input should be"),
         ('[web_search]\nkind = "google"\n', "web_search.kind: Input should be"),
         ("[grader]\nupper = 0.2\nlower = 0.5\n", "grader.lower (0.5) must not exceed grader.upper (0.2)"),
