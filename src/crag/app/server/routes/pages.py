@@ -43,12 +43,12 @@ def crag_routes(runs: RunService, store_kind: str, *, auth: bool, upkeep: Upkeep
         the caller's key: a caller with no key (or one of another collection) learns nothing of
         a collection it may not ask, not even its name or size."""
         visible = runs.visible(principal_of(request.scope))
+        # The default collection, or the only one: among several others none is "the index".
+        single = runs.default if DEFAULT in runs.collections or len(runs.collections) == 1 else None
         body: dict[str, Any] = {
             "status": "healthy",
             "workflows": [served.workflow_name for served in visible],
-            # The default collection's (or the only one's): none is "the index" among several.
-            "index": _index_size(visible[0].index) if visible and visible[0] is runs.default
-            and (DEFAULT in runs.collections or len(runs.collections) == 1) else None,
+            "index": _index_size(single.index) if single in visible else None,
             "store": store_kind,
             "auth": auth,
         }
